@@ -1,0 +1,33 @@
+// Structured logging: one line per event, `ts=... level=... event=... key=value ...`.
+// Callers pass only non-secret fields; nothing here knows what a password is, so never log one.
+#pragma once
+
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+
+namespace pgfleet::base {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+// Lines below `level` are dropped. Not thread-safe to change while other threads log.
+void SetLogLevel(LogLevel level);
+LogLevel GetLogLevel();
+// Prefix added to every line (e.g. "worker=3"), set once per process at start.
+void SetLogPrefix(std::string_view prefix);
+
+// Writes one line to stderr with a single write(2), so lines from processes sharing stderr don't
+// interleave. `fields` is already formatted as `k=v k=v`.
+void LogLine(LogLevel level, std::string_view event, std::string_view fields);
+
+// Quotes a value for key=value output when it has spaces, quotes or is empty.
+std::string LogQuote(std::string_view value);
+
+}  // namespace pgfleet::base
+
+#define PGFLEET_LOG(level, event, ...)                                                      \
+  do {                                                                                      \
+    if (::pgfleet::base::LogLevel::level >= ::pgfleet::base::GetLogLevel()) {               \
+      ::pgfleet::base::LogLine(::pgfleet::base::LogLevel::level, event, absl::StrCat(__VA_ARGS__)); \
+    }                                                                                       \
+  } while (0)

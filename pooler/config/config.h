@@ -1,0 +1,139 @@
+// pgfleet's configuration as plain structs with PgBouncer's defaults; yaml_loader.cc fills them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace pgfleet::config {
+
+enum class PoolMode { kSession, kTransaction, kStatement };
+enum class AuthType { kTrust, kMd5, kScramSha256 };
+
+std::string_view PoolModeName(PoolMode mode);
+std::string_view AuthTypeName(AuthType type);
+
+struct ListenConfig {
+  std::string address = "127.0.0.1";  // "*" or "0.0.0.0" = all IPv4; "::" = all IPv6
+  int port = 6432;                     // 0 = pick a free port (logged at start)
+  std::string unix_socket_dir;         // empty = no unix socket; socket is .s.PGSQL.<port>
+  int backlog = 1024;
+};
+
+// Settings a database may override; unset fields take the `pool:` section's value.
+struct PoolOverrides {
+  std::optional<PoolMode> pool_mode;
+  std::optional<int> pool_size;
+  std::optional<int> min_pool_size;
+  std::optional<int> reserve_pool_size;
+};
+
+struct DatabaseConfig {
+  std::string name;    // what clients connect to (the YAML key); "*" is the fallback entry
+  std::string host = "127.0.0.1";  // host name, IP, or a unix socket directory (starts with '/')
+  int port = 5432;
+  std::string dbname;  // empty = same as `name` (or the client's requested name for "*")
+  std::string user;    // force this server user (empty = the client's user)
+  std::string password;  // password for `user` toward the server (else from auth file)
+  PoolOverrides overrides;
+  int max_db_connections = 0;  // 0 = unlimited; fleet-wide total
+  std::string application_name;  // optional fixed application_name toward the server
+};
+
+struct UserConfig {
+  std::string name;
+  std::optional<PoolMode> pool_mode;
+  int max_user_connections = 0;  // 0 = unlimited
+};
+
+struct PoolConfig {
+  PoolMode pool_mode = PoolMode::kTransaction;
+  int default_pool_size = 20;
+  int min_pool_size = 0;
+  int reserve_pool_size = 0;
+  absl::Duration reserve_pool_timeout = absl::Seconds(5);
+  int max_client_conn = 10000;  // fleet-wide
+  int max_db_connections = 0;   // default for databases; 0 = unlimited
+  int max_user_connections = 0;
+  int max_prepared_statements = 200;
+  std::string server_reset_query = "DISCARD ALL";
+  bool server_reset_query_always = false;
+  std::string server_check_query = "";  // empty query, as PgBouncer 1.25
+  absl::Duration server_check_delay = absl::Seconds(30);
+  absl::Duration server_lifetime = absl::Seconds(3600);
+  absl::Duration server_idle_timeout = absl::Seconds(600);
+  absl::Duration server_connect_timeout = absl::Seconds(15);
+  absl::Duration server_login_retry = absl::Seconds(15);
+  absl::Duration client_idle_timeout = absl::ZeroDuration();  // zero = disabled
+  absl::Duration client_login_timeout = absl::Seconds(60);
+  absl::Duration query_timeout = absl::ZeroDuration();
+  absl::Duration query_wait_timeout = absl::Seconds(120);
+  absl::Duration idle_transaction_timeout = absl::ZeroDuration();
+  absl::Duration cancel_wait_timeout = absl::Seconds(10);
+  std::vector<std::string> track_extra_parameters = {"IntervalStyle"};
+  std::vector<std::string> ignore_startup_parameters;  // e.g. extra_float_digits
+  int max_packet_size = 2147483647;
+  int pkt_buf = 4096;
+  bool tcp_keepalive = true;
+};
+
+struct AuthConfig {
+  AuthType type = AuthType::kTrust;
+  std::string file;   // PgBouncer userlist.txt format: "user" "password-or-md5-or-scram-secret"
+  std::string query;  // auth_query; empty = disabled
+  std::string user;   // auth_user: who runs auth_query (password from `file`)
+  std::string dbname;  // auth_dbname: database auth_query runs in; empty = the client's database
+};
+
+struct AdminConfig {
+  std::vector<std::string> users;        // admin_users
+  std::vector<std::string> stats_users;  // stats_users
+};
+
+struct MetricsConfig {
+  std::string listen = "127.0.0.1:9127";
+};
+
+struct LogConfig {
+  std::string level = "info";  // debug | info | warning | error
+  bool log_connections = true;
+  bool log_disconnections = true;
+};
+
+struct Config {
+  std::string source_path;  // the file this came from, for error messages and reload
+  ListenConfig listen;
+  std::string workers = "auto";  // "auto" or a positive number
+  std::map<std::string, DatabaseConfig> databases;  // keyed by client-facing name
+  std::map<std::string, UserConfig> users;
+  PoolConfig pool;
+  AuthConfig auth;
+  AdminConfig admin;
+  MetricsConfig metrics;
+  LogConfig log;
+
+  // The entry for `client_dbname`: an exact match, else "*" with dbname filled in, else null.
+  std::optional<DatabaseConfig> FindDatabase(const std::string& client_dbname) const;
+  // Resolved settings for a (database, user) pool.
+  PoolMode EffectivePoolMode(const DatabaseConfig& db, const std::string& user) const;
+  int EffectivePoolSize(const DatabaseConfig& db) const;
+  int EffectiveMinPoolSize(const DatabaseConfig& db) const;
+  int EffectiveReservePoolSize(const DatabaseConfig& db) const;
+  int EffectiveMaxUserConnections(const std::string& user) const;
+};
+
+// Loads and validates a YAML config file. Errors name the file and the key, e.g.
+// `/etc/pgfleet.yaml: pool.default_pool_size: must be a positive integer, got "abc"`.
+absl::StatusOr<Config> LoadConfigFile(const std::string& path);
+// Same, from text; `source_name` stands in for the file name in errors.
+absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string& source_name);
+
+// Parses "500ms", "30s", "5m", "1h", "2d", or a bare number of seconds.
+absl::StatusOr<absl::Duration> ParseDuration(std::string_view text);
+
+}  // namespace pgfleet::config

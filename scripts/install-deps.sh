@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs everything pgfleet needs to build, test and benchmark on a fresh Debian 12 machine (as root).
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends \
+  build-essential cmake ninja-build pkg-config git ca-certificates \
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
+  libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libssl-dev \
+  libgtest-dev libgmock-dev googletest \
+  postgresql postgresql-contrib libpq-dev postgresql-client \
+  pgbouncer clang-format procps iproute2 >/dev/null
+# Debian starts a cluster on 5432 when postgresql is installed; our scripts start their own.
