@@ -18,7 +18,8 @@ std::string Md5SaltedResponse(std::string_view md5_hash, std::span<const uint8_t
 
 // True when `client_response` is right for `salt`, given the stored secret (plain text or an
 // "md5..." hash). Constant-time comparison.
-bool VerifyMd5Response(std::string_view stored_secret, std::string_view user,
-                       std::span<const uint8_t, 4> salt, std::string_view client_response);
+[[nodiscard]] bool VerifyMd5Response(std::string_view stored_secret, std::string_view user,
+                                     std::span<const uint8_t, 4> salt,
+                                     std::string_view client_response);
 
 }  // namespace pgfleet::auth

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,8 +27,13 @@ struct ScramSecret {
   ScramKey server_key{};
 };
 
-absl::StatusOr<ScramSecret> ParseScramSecret(std::string_view text);
-// Derives a secret from a plain password (SaltedPassword via PBKDF2-HMAC-SHA-256).
+// Error (InvalidArgument) when `text` is not exactly that shape with 32-byte keys, a non-empty salt
+// and a positive iteration count.
+[[nodiscard]] absl::StatusOr<ScramSecret> ParseScramSecret(std::string_view text);
+// Derives a secret from a plain password (SaltedPassword via PBKDF2-HMAC-SHA-256). The password
+// is used as given: PostgreSQL's SASLprep leaves ASCII unchanged, and non-ASCII passwords that
+// SASLprep would rewrite (NFKC, mapped-to-nothing characters) are not normalized here.
+// `iterations` must be positive (checked: callers validate counts that come from outside).
 ScramSecret MakeScramSecret(std::string_view password, std::span<const uint8_t> salt,
                             int iterations);
 std::string FormatScramSecret(const ScramSecret& secret);
@@ -39,11 +45,14 @@ class ScramServerExchange {
   ScramServerExchange(ScramSecret secret, base::RandomSource& random);
 
   // Takes the client-first-message (the SASLInitialResponse data) and returns the
-  // server-first-message to send in AuthenticationSASLContinue. Error = malformed input.
-  absl::StatusOr<std::string> HandleClientFirst(std::string_view client_first);
+  // server-first-message to send in AuthenticationSASLContinue. Errors: InvalidArgument for
+  // malformed input; Unimplemented for channel binding ("p="), an authzid or a mandatory
+  // extension; FailedPrecondition when called twice. After any error the exchange is over.
+  [[nodiscard]] absl::StatusOr<std::string> HandleClientFirst(std::string_view client_first);
   // Takes the client-final-message and returns the server-final-message ("v=...") for
-  // AuthenticationSASLFinal. Error (PermissionDenied) = wrong password or tampered nonce.
-  absl::StatusOr<std::string> HandleClientFinal(std::string_view client_final);
+  // AuthenticationSASLFinal. Error (PermissionDenied) = wrong password or tampered nonce;
+  // InvalidArgument = malformed message or a c= that does not echo the GS2 header.
+  [[nodiscard]] absl::StatusOr<std::string> HandleClientFinal(std::string_view client_final);
   // After a successful HandleClientFinal: the ClientKey recovered from the proof, which lets the
   // pooler log in to a server holding the same secret without knowing the password.
   const ScramKey& client_key() const { return client_key_; }
@@ -55,6 +64,11 @@ class ScramServerExchange {
   std::string server_first_;
   std::string nonce_;
   ScramKey client_key_{};
+  // The GS2 header of the client-first-message ("n,," or "y,,"); the c= attribute must echo it.
+  std::string gs2_header_;
+  // Each message is accepted once and in order; any failure ends the exchange.
+  enum class Stage { kExpectClientFirst, kExpectClientFinal, kDone };
+  Stage stage_ = Stage::kExpectClientFirst;
 };
 
 // The client side: pgfleet logging in to a PostgreSQL server.
@@ -67,15 +81,20 @@ class ScramClientExchange {
   static ScramClientExchange WithClientKey(const ScramKey& client_key, const ScramSecret& secret,
                                            base::RandomSource& random);
 
-  // The client-first-message for SASLInitialResponse ("n,,n=,r=<nonce>").
+  // The client-first-message for SASLInitialResponse ("n,,n=,r=<nonce>"). Each call starts the
+  // exchange over with a fresh nonce.
   std::string ClientFirst();
   // Takes the server-first-message (AuthenticationSASLContinue data), returns client-final.
-  absl::StatusOr<std::string> HandleServerFirst(std::string_view server_first);
+  // With a password this runs PBKDF2 for the server's iteration count on the calling thread.
+  // Errors: InvalidArgument (malformed), PermissionDenied (nonce not extending ours),
+  // FailedPrecondition (out of order, or WithClientKey and the server's salt/count differ).
+  [[nodiscard]] absl::StatusOr<std::string> HandleServerFirst(std::string_view server_first);
   // Checks the server's signature in the server-final-message (AuthenticationSASLFinal data).
-  absl::Status VerifyServerFinal(std::string_view server_final);
+  // PermissionDenied when the signature is wrong or the server sent "e=<error>".
+  [[nodiscard]] absl::Status VerifyServerFinal(std::string_view server_final);
 
  private:
-  ScramClientExchange(base::RandomSource& random) : random_(&random) {}
+  explicit ScramClientExchange(base::RandomSource& random) : random_(&random) {}
   base::RandomSource* random_;
   std::optional<std::string> password_;
   std::optional<ScramKey> client_key_;

@@ -12,8 +12,12 @@ namespace pgfleet::auth {
 
 using Userlist = absl::flat_hash_map<std::string, std::string>;
 
-// Errors name `source_name` and the line number.
-absl::StatusOr<Userlist> ParseUserlist(std::string_view text, std::string_view source_name);
-absl::StatusOr<Userlist> LoadUserlistFile(const std::string& path);
+// Errors (InvalidArgument) name `source_name` and the line number but never quote the line, which
+// holds a password. A user listed twice is an error (PgBouncer silently keeps the last entry).
+// Fields after the password are ignored, as PgBouncer does.
+[[nodiscard]] absl::StatusOr<Userlist> ParseUserlist(std::string_view text,
+                                                     std::string_view source_name);
+// Reads `path` and parses it with `path` as the source name; I/O errors carry errno's code.
+[[nodiscard]] absl::StatusOr<Userlist> LoadUserlistFile(const std::string& path);
 
 }  // namespace pgfleet::auth
