@@ -5,8 +5,10 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
@@ -15,13 +17,17 @@ namespace pgfleet::config {
 enum class PoolMode { kSession, kTransaction, kStatement };
 enum class AuthType { kTrust, kMd5, kScramSha256 };
 
+// The YAML spelling of each enum value ("transaction", "scram-sha-256").
 std::string_view PoolModeName(PoolMode mode);
 std::string_view AuthTypeName(AuthType type);
+// Inverses of the above, for the exact YAML spelling; nullopt for anything else.
+std::optional<PoolMode> ParsePoolMode(std::string_view name);
+std::optional<AuthType> ParseAuthType(std::string_view name);
 
 struct ListenConfig {
   std::string address = "127.0.0.1";  // "*" or "0.0.0.0" = all IPv4; "::" = all IPv6
-  int port = 6432;                     // 0 = pick a free port (logged at start)
-  std::string unix_socket_dir;         // empty = no unix socket; socket is .s.PGSQL.<port>
+  int port = 6432;                    // 0 = pick a free port (logged at start)
+  std::string unix_socket_dir;        // empty = no unix socket; socket is .s.PGSQL.<port>
   int backlog = 1024;
 };
 
@@ -34,21 +40,26 @@ struct PoolOverrides {
 };
 
 struct DatabaseConfig {
-  std::string name;    // what clients connect to (the YAML key); "*" is the fallback entry
+  std::string name;  // what clients connect to (the YAML key); "*" is the fallback entry
   std::string host = "127.0.0.1";  // host name, IP, or a unix socket directory (starts with '/')
   int port = 5432;
-  std::string dbname;  // empty = same as `name` (or the client's requested name for "*")
-  std::string user;    // force this server user (empty = the client's user)
+  std::string dbname;    // empty = same as `name` (or the client's requested name for "*")
+  std::string user;      // force this server user (empty = the client's user)
   std::string password;  // password for `user` toward the server (else from auth file)
   PoolOverrides overrides;
-  int max_db_connections = 0;  // 0 = unlimited; fleet-wide total
+  // 0 = unlimited; fleet-wide total. The loader copies pool.max_db_connections here when the
+  // database does not set it, so this is always the value to enforce.
+  int max_db_connections = 0;
   std::string application_name;  // optional fixed application_name toward the server
+  // Set only on FindDatabase's result: true when the "*" entry matched (an auto-database).
+  bool from_fallback = false;
 };
 
 struct UserConfig {
   std::string name;
-  std::optional<PoolMode> pool_mode;
-  int max_user_connections = 0;  // 0 = unlimited
+  std::optional<PoolMode> pool_mode;  // overrides the database's and the pool section's mode
+  // 0 = unlimited. The loader copies pool.max_user_connections here when the user does not set it.
+  int max_user_connections = 0;
 };
 
 struct PoolConfig {
@@ -84,9 +95,9 @@ struct PoolConfig {
 
 struct AuthConfig {
   AuthType type = AuthType::kTrust;
-  std::string file;   // PgBouncer userlist.txt format: "user" "password-or-md5-or-scram-secret"
-  std::string query;  // auth_query; empty = disabled
-  std::string user;   // auth_user: who runs auth_query (password from `file`)
+  std::string file;    // PgBouncer userlist.txt format: "user" "password-or-md5-or-scram-secret"
+  std::string query;   // auth_query; empty = disabled
+  std::string user;    // auth_user: who runs auth_query (password from `file`)
   std::string dbname;  // auth_dbname: database auth_query runs in; empty = the client's database
 };
 
@@ -108,7 +119,7 @@ struct LogConfig {
 struct Config {
   std::string source_path;  // the file this came from, for error messages and reload
   ListenConfig listen;
-  std::string workers = "auto";  // "auto" or a positive number
+  std::string workers = "auto";                     // "auto" or a positive number
   std::map<std::string, DatabaseConfig> databases;  // keyed by client-facing name
   std::map<std::string, UserConfig> users;
   PoolConfig pool;
@@ -116,10 +127,19 @@ struct Config {
   AdminConfig admin;
   MetricsConfig metrics;
   LogConfig log;
+  // `peering:` and `controller:` sections, which later issues give a schema. Until then any
+  // mapping is accepted and kept flattened ("tls.cert_file" -> "/x", "static_peers.0" -> "a:1"),
+  // so a reload can at least tell that they changed.
+  std::map<std::string, std::string> peering;
+  std::map<std::string, std::string> controller;
 
   // The entry for `client_dbname`: an exact match, else "*" with dbname filled in, else null.
+  // An empty `dbname` is filled with the entry's name (or `client_dbname` for "*"); a "*" match
+  // also gets `name` = `client_dbname` and `from_fallback` = true.
   std::optional<DatabaseConfig> FindDatabase(const std::string& client_dbname) const;
-  // Resolved settings for a (database, user) pool.
+  // Resolved settings for a (database, user) pool: the user's pool_mode wins over the database's,
+  // which wins over the pool section (PgBouncer's order); the others are the database's override
+  // or the pool section's value. A user without a `users:` entry gets the pool section's limit.
   PoolMode EffectivePoolMode(const DatabaseConfig& db, const std::string& user) const;
   int EffectivePoolSize(const DatabaseConfig& db) const;
   int EffectiveMinPoolSize(const DatabaseConfig& db) const;
@@ -127,13 +147,24 @@ struct Config {
   int EffectiveMaxUserConnections(const std::string& user) const;
 };
 
-// Loads and validates a YAML config file. Errors name the file and the key, e.g.
-// `/etc/pgfleet.yaml: pool.default_pool_size: must be a positive integer, got "abc"`.
+// Loads and validates a YAML config file. Errors are InvalidArgument (NotFound etc. when the file
+// cannot be read); each problem is one line naming the file, the key and, when known, the line:
+// `/etc/pgfleet.yaml: pool.default_pool_size: expected a non-negative integer, got "abc" (line 4)`.
+// Every problem found is reported, not just the first. A relative auth.file is resolved against
+// the config file's directory.
 absl::StatusOr<Config> LoadConfigFile(const std::string& path);
-// Same, from text; `source_name` stands in for the file name in errors.
+// Same, from text; `source_name` stands in for the file name in errors, becomes `source_path`,
+// and its directory (if it has one) anchors a relative auth.file.
 absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string& source_name);
 
-// Parses "500ms", "30s", "5m", "1h", "2d", or a bare number of seconds.
+// The semantic checks LoadConfig* run (ranges, required combinations such as md5 needing
+// auth.file or auth.query), for a Config built or edited in code. Errors name `source_path`
+// and the key, one problem per line.
+[[nodiscard]] absl::Status ValidateConfig(const Config& config);
+
+// Parses "500ms", "30s", "5m", "1h", "2d", or a bare number of seconds ("0" = zero); a decimal
+// fraction ("1.5s") and "us" are accepted too. Junk, negative or overflowing values are
+// InvalidArgument with a message that quotes the input, ready to prefix with a key.
 absl::StatusOr<absl::Duration> ParseDuration(std::string_view text);
 
 }  // namespace pgfleet::config

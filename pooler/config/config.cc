@@ -1,0 +1,87 @@
+// Config's lookups: the "*" fallback and the per-database / per-user overrides of `pool:`.
+#include "pooler/config/config.h"
+
+namespace pgfleet::config {
+
+std::string_view PoolModeName(PoolMode mode) {
+  switch (mode) {
+    case PoolMode::kSession:
+      return "session";
+    case PoolMode::kTransaction:
+      return "transaction";
+    case PoolMode::kStatement:
+      return "statement";
+  }
+  return "unknown";
+}
+
+std::string_view AuthTypeName(AuthType type) {
+  switch (type) {
+    case AuthType::kTrust:
+      return "trust";
+    case AuthType::kMd5:
+      return "md5";
+    case AuthType::kScramSha256:
+      return "scram-sha-256";
+  }
+  return "unknown";
+}
+
+std::optional<PoolMode> ParsePoolMode(std::string_view name) {
+  for (PoolMode mode : {PoolMode::kSession, PoolMode::kTransaction, PoolMode::kStatement}) {
+    if (name == PoolModeName(mode)) return mode;
+  }
+  return std::nullopt;
+}
+
+std::optional<AuthType> ParseAuthType(std::string_view name) {
+  for (AuthType type : {AuthType::kTrust, AuthType::kMd5, AuthType::kScramSha256}) {
+    if (name == AuthTypeName(type)) return type;
+  }
+  return std::nullopt;
+}
+
+std::optional<DatabaseConfig> Config::FindDatabase(const std::string& client_dbname) const {
+  // An empty name is never a database (the caller substitutes the user name first, as
+  // PostgreSQL does), and must not quietly match "*".
+  if (client_dbname.empty()) return std::nullopt;
+  if (auto it = databases.find(client_dbname); it != databases.end()) {
+    DatabaseConfig db = it->second;
+    if (db.dbname.empty()) db.dbname = db.name;
+    return db;
+  }
+  auto it = databases.find("*");
+  if (it == databases.end()) return std::nullopt;
+  DatabaseConfig db = it->second;
+  db.name = client_dbname;
+  // An explicit dbname on "*" wins, as in PgBouncer's auto-database connstr.
+  if (db.dbname.empty()) db.dbname = client_dbname;
+  db.from_fallback = true;
+  return db;
+}
+
+PoolMode Config::EffectivePoolMode(const DatabaseConfig& db, const std::string& user) const {
+  if (auto it = users.find(user); it != users.end() && it->second.pool_mode.has_value()) {
+    return *it->second.pool_mode;
+  }
+  return db.overrides.pool_mode.value_or(pool.pool_mode);
+}
+
+int Config::EffectivePoolSize(const DatabaseConfig& db) const {
+  return db.overrides.pool_size.value_or(pool.default_pool_size);
+}
+
+int Config::EffectiveMinPoolSize(const DatabaseConfig& db) const {
+  return db.overrides.min_pool_size.value_or(pool.min_pool_size);
+}
+
+int Config::EffectiveReservePoolSize(const DatabaseConfig& db) const {
+  return db.overrides.reserve_pool_size.value_or(pool.reserve_pool_size);
+}
+
+int Config::EffectiveMaxUserConnections(const std::string& user) const {
+  if (auto it = users.find(user); it != users.end()) return it->second.max_user_connections;
+  return pool.max_user_connections;
+}
+
+}  // namespace pgfleet::config

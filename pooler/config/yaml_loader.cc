@@ -1,0 +1,508 @@
+// Reads YAML into Config. The only file that includes yaml-cpp: its exceptions stop here and
+// every problem becomes an Issue naming the key path and line.
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "pooler/config/config.h"
+#include "pooler/config/validate.h"
+#include "yaml-cpp/yaml.h"
+
+namespace pgfleet::config {
+namespace {
+
+using internal::Issue;
+
+int LineOf(const YAML::Mark& mark) { return mark.is_null() ? 0 : mark.line + 1; }
+
+std::string KindOf(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Scalar:
+      return absl::StrCat("\"", node.Scalar(), "\"");
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "an undefined value";
+}
+
+std::string JoinPath(absl::string_view path, absl::string_view key) {
+  return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
+}
+
+// Collects problems, and the line of every key seen so that the validator's problems, which only
+// know key paths, can be pointed at a line too.
+struct Loader {
+  std::vector<Issue> issues;
+  std::map<std::string, int> key_lines;
+
+  void Report(std::string key, std::string message, int line) {
+    issues.push_back(Issue{std::move(key), std::move(message), line, 0});
+  }
+};
+
+// One YAML mapping being read into a struct. Each accessor consumes its key if present (leaving
+// the default otherwise); Finish() reports every key no accessor asked for.
+class Section {
+ public:
+  Section(Loader& loader, const YAML::Node& node, std::string path, int line)
+      : loader_(loader), path_(std::move(path)) {
+    if (node.IsNull()) return;  // `pool:` with nothing under it: all defaults
+    if (!node.IsMap()) {
+      loader_.Report(path_, absl::StrCat("expected a mapping, got ", KindOf(node)), line);
+      return;
+    }
+    std::set<std::string> seen;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const int key_line = LineOf(it->first.Mark());
+      if (!it->first.IsScalar()) {
+        loader_.Report(path_, absl::StrCat("keys must be plain strings, got ", KindOf(it->first)),
+                       key_line);
+        continue;
+      }
+      const std::string& key = it->first.Scalar();
+      // yaml-cpp keeps both copies of a repeated key; silently using one would hide a mistake.
+      if (!seen.insert(key).second) {
+        loader_.Report(JoinPath(path_, key), "duplicate key", key_line);
+        continue;
+      }
+      loader_.key_lines[JoinPath(path_, key)] = key_line;
+      entries_.push_back(Entry{key, it->second, key_line, false});
+    }
+  }
+
+  void String(absl::string_view key, std::string& out) {
+    Entry* e = Take(key);
+    if (e == nullptr) return;
+    // `server_check_query:` with nothing after it reads as the empty string.
+    if (e->value.IsNull()) {
+      out.clear();
+    } else if (e->value.IsScalar()) {
+      out = e->value.Scalar();
+    } else {
+      Bad(*e, "a string");
+    }
+  }
+
+  // Every integer in the config is a count, size or port, so negatives are rejected here and
+  // upper bounds are left to the validator.
+  void Int(absl::string_view key, int& out) {
+    std::optional<int> value;
+    OptionalInt(key, value);
+    if (value) out = *value;
+  }
+
+  void OptionalInt(absl::string_view key, std::optional<int>& out) {
+    Entry* e = Take(key);
+    if (e == nullptr) return;
+    int64_t value = 0;
+    if (!e->value.IsScalar() || !absl::SimpleAtoi(e->value.Scalar(), &value) || value < 0) {
+      Bad(*e, "a non-negative integer");
+    } else if (value > INT_MAX) {
+      Bad(*e, absl::StrCat("a non-negative integer no larger than ", INT_MAX));
+    } else {
+      out = static_cast<int>(value);
+    }
+  }
+
+  void Bool(absl::string_view key, bool& out) {
+    Entry* e = Take(key);
+    if (e == nullptr) return;
+    const std::string text = e->value.IsScalar() ? absl::AsciiStrToLower(e->value.Scalar()) : "";
+    if (text == "true" || text == "yes" || text == "on" || text == "1") {
+      out = true;
+    } else if (text == "false" || text == "no" || text == "off" || text == "0") {
+      out = false;
+    } else {
+      Bad(*e, "true or false");
+    }
+  }
+
+  void Duration(absl::string_view key, absl::Duration& out) {
+    Entry* e = Take(key);
+    if (e == nullptr) return;
+    if (!e->value.IsScalar()) {
+      Bad(*e, "a duration such as 500ms, 30s, 5m, 1h or 2d");
+      return;
+    }
+    absl::StatusOr<absl::Duration> value = ParseDuration(e->value.Scalar());
+    if (value.ok()) {
+      out = *value;
+    } else {
+      loader_.Report(JoinPath(path_, key), std::string(value.status().message()), e->line);
+    }
+  }
+
+  void Mode(absl::string_view key, std::optional<PoolMode>& out) {
+    Entry* e = Take(key);
+    if (e == nullptr) return;
+    std::optional<PoolMode> mode;
+    if (e->value.IsScalar()) mode = ParsePoolMode(e->value.Scalar());
+    if (mode) {
+      out = mode;
+    } else {
+      Bad(*e, "one of session, transaction, statement");
+    }
+  }
+
+  void Mode(absl::string_view key, PoolMode& out) {
+    std::optional<PoolMode> mode;
+    Mode(key, mode);
+    if (mode) out = *mode;
+  }
+
+  void Auth(absl::string_view key, AuthType& out) {
+    Entry* e = Take(key);
+    if (e == nullptr) return;
+    std::optional<AuthType> type;
+    if (e->value.IsScalar()) type = ParseAuthType(e->value.Scalar());
+    if (type) {
+      out = *type;
+    } else {
+      Bad(*e, "one of trust, md5, scram-sha-256");
+    }
+  }
+
+  // A YAML list of names, or PgBouncer's comma-separated string ("extra_float_digits, options").
+  void StringList(absl::string_view key, std::vector<std::string>& out) {
+    Entry* e = Take(key);
+    if (e == nullptr) return;
+    if (e->value.IsNull()) {
+      out.clear();
+    } else if (e->value.IsScalar()) {
+      out = absl::StrSplit(e->value.Scalar(), ',', absl::SkipWhitespace());
+      for (std::string& item : out) absl::StripAsciiWhitespace(&item);
+    } else if (e->value.IsSequence()) {
+      out.clear();
+      for (size_t i = 0; i < e->value.size(); ++i) {
+        const YAML::Node item = e->value[i];
+        if (item.IsScalar()) {
+          out.push_back(item.Scalar());
+        } else {
+          loader_.Report(absl::StrCat(JoinPath(path_, key), "[", i, "]"),
+                         absl::StrCat("expected a string, got ", KindOf(item)),
+                         LineOf(item.Mark()) > 0 ? LineOf(item.Mark()) : e->line);
+        }
+      }
+    } else {
+      Bad(*e, "a list of names");
+    }
+  }
+
+  // Marks `key` known and returns its value for a nested reader; nullptr when absent.
+  const YAML::Node* Child(absl::string_view key, int* line = nullptr) {
+    Entry* e = Take(key);
+    if (e == nullptr) return nullptr;
+    if (line != nullptr) *line = e->line;
+    return &e->value;
+  }
+
+  // Reports each key that no accessor consumed, suggesting the closest known one.
+  void Finish() {
+    for (const Entry& e : entries_) {
+      if (e.used) continue;
+      std::string message = absl::StrCat("unknown key \"", JoinPath(path_, e.key), "\"");
+      const absl::string_view hint = internal::ClosestKey(e.key, known_);
+      if (!hint.empty()) {
+        absl::StrAppend(&message, ", did you mean \"", JoinPath(path_, hint), "\"?");
+      }
+      loader_.Report("", std::move(message), e.line);
+    }
+  }
+
+ private:
+  struct Entry {
+    std::string key;
+    YAML::Node value;
+    int line;
+    bool used;
+  };
+
+  Entry* Take(absl::string_view key) {
+    known_.push_back(key);
+    for (Entry& e : entries_) {
+      if (e.key == key) {
+        e.used = true;
+        return &e;
+      }
+    }
+    return nullptr;
+  }
+
+  void Bad(const Entry& e, absl::string_view expected) {
+    loader_.Report(JoinPath(path_, e.key),
+                   absl::StrCat("expected ", expected, ", got ", KindOf(e.value)), e.line);
+  }
+
+  Loader& loader_;
+  std::string path_;
+  std::vector<Entry> entries_;
+  // Keys the accessors asked for, for "did you mean". Views of string literals or of names in the
+  // YAML tree, both of which outlive this Section.
+  std::vector<absl::string_view> known_;
+};
+
+// Stores any YAML under `prefix` as flattened "a.b.0" -> scalar text.
+void Flatten(const YAML::Node& node, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  if (node.IsMap()) {
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      Flatten(it->second, JoinPath(prefix, it->first.Scalar()), out);
+    }
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      Flatten(node[i], JoinPath(prefix, absl::StrCat(i)), out);
+    }
+  } else if (node.IsScalar()) {
+    out[prefix] = node.Scalar();
+  } else {
+    out[prefix] = "";
+  }
+}
+
+void ReadFreeForm(Loader& loader, Section& root, absl::string_view key,
+                  std::map<std::string, std::string>& out) {
+  int line = 0;
+  const YAML::Node* node = root.Child(key, &line);
+  if (node == nullptr || node->IsNull()) return;
+  if (!node->IsMap()) {
+    loader.Report(std::string(key), absl::StrCat("expected a mapping, got ", KindOf(*node)), line);
+    return;
+  }
+  Flatten(*node, "", out);
+}
+
+void ReadPool(Section& s, PoolConfig& pool) {
+  s.Mode("pool_mode", pool.pool_mode);
+  s.Int("default_pool_size", pool.default_pool_size);
+  s.Int("min_pool_size", pool.min_pool_size);
+  s.Int("reserve_pool_size", pool.reserve_pool_size);
+  s.Duration("reserve_pool_timeout", pool.reserve_pool_timeout);
+  s.Int("max_client_conn", pool.max_client_conn);
+  s.Int("max_db_connections", pool.max_db_connections);
+  s.Int("max_user_connections", pool.max_user_connections);
+  s.Int("max_prepared_statements", pool.max_prepared_statements);
+  s.String("server_reset_query", pool.server_reset_query);
+  s.Bool("server_reset_query_always", pool.server_reset_query_always);
+  s.String("server_check_query", pool.server_check_query);
+  s.Duration("server_check_delay", pool.server_check_delay);
+  s.Duration("server_lifetime", pool.server_lifetime);
+  s.Duration("server_idle_timeout", pool.server_idle_timeout);
+  s.Duration("server_connect_timeout", pool.server_connect_timeout);
+  s.Duration("server_login_retry", pool.server_login_retry);
+  s.Duration("client_idle_timeout", pool.client_idle_timeout);
+  s.Duration("client_login_timeout", pool.client_login_timeout);
+  s.Duration("query_timeout", pool.query_timeout);
+  s.Duration("query_wait_timeout", pool.query_wait_timeout);
+  s.Duration("idle_transaction_timeout", pool.idle_transaction_timeout);
+  s.Duration("cancel_wait_timeout", pool.cancel_wait_timeout);
+  s.StringList("track_extra_parameters", pool.track_extra_parameters);
+  s.StringList("ignore_startup_parameters", pool.ignore_startup_parameters);
+  s.Int("max_packet_size", pool.max_packet_size);
+  s.Int("pkt_buf", pool.pkt_buf);
+  s.Bool("tcp_keepalive", pool.tcp_keepalive);
+}
+
+// Reads `databases:`. max_db_connections falls back to the pool section's, so `pool` must be
+// read first.
+void ReadDatabases(Loader& loader, const YAML::Node& node, int line, const PoolConfig& pool,
+                   std::map<std::string, DatabaseConfig>& out) {
+  Section list(loader, node, "databases", line);
+  if (!node.IsMap()) return;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    // `list` has reported non-string and duplicate names; skip them here.
+    if (!it->first.IsScalar()) continue;
+    const std::string& name = it->first.Scalar();
+    int key_line = 0;
+    const YAML::Node* value = list.Child(name, &key_line);
+    if (value == nullptr || out.count(name) > 0) continue;
+    DatabaseConfig db;
+    db.name = name;
+    db.max_db_connections = pool.max_db_connections;
+    Section s(loader, *value, JoinPath("databases", name), key_line);
+    s.String("host", db.host);
+    s.Int("port", db.port);
+    s.String("dbname", db.dbname);
+    s.String("user", db.user);
+    s.String("password", db.password);
+    s.Mode("pool_mode", db.overrides.pool_mode);
+    s.OptionalInt("pool_size", db.overrides.pool_size);
+    s.OptionalInt("min_pool_size", db.overrides.min_pool_size);
+    s.OptionalInt("reserve_pool_size", db.overrides.reserve_pool_size);
+    s.Int("max_db_connections", db.max_db_connections);
+    s.String("application_name", db.application_name);
+    s.Finish();
+    out.emplace(name, std::move(db));
+  }
+}
+
+void ReadUsers(Loader& loader, const YAML::Node& node, int line, const PoolConfig& pool,
+               std::map<std::string, UserConfig>& out) {
+  Section list(loader, node, "users", line);
+  if (!node.IsMap()) return;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    // `list` has reported non-string and duplicate names; skip them here.
+    if (!it->first.IsScalar()) continue;
+    const std::string& name = it->first.Scalar();
+    int key_line = 0;
+    const YAML::Node* value = list.Child(name, &key_line);
+    if (value == nullptr || out.count(name) > 0) continue;
+    UserConfig user;
+    user.name = name;
+    user.max_user_connections = pool.max_user_connections;
+    Section s(loader, *value, JoinPath("users", name), key_line);
+    s.Mode("pool_mode", user.pool_mode);
+    s.Int("max_user_connections", user.max_user_connections);
+    s.Finish();
+    out.emplace(name, std::move(user));
+  }
+}
+
+// Returns false when the document is not a mapping at all, so that checking what it "configured"
+// would only add noise.
+bool ReadRoot(Loader& loader, const YAML::Node& root, Config& config) {
+  if (!root.IsNull() && !root.IsMap()) {
+    loader.Report("",
+                  absl::StrCat("expected a mapping of sections (listen, databases, pool, ...) at "
+                               "the top level, got ",
+                               KindOf(root)),
+                  LineOf(root.Mark()));
+    return false;
+  }
+  Section s(loader, root, "", 0);
+  int line = 0;
+
+  if (const YAML::Node* node = s.Child("listen", &line)) {
+    Section listen(loader, *node, "listen", line);
+    listen.String("address", config.listen.address);
+    listen.Int("port", config.listen.port);
+    listen.String("unix_socket_dir", config.listen.unix_socket_dir);
+    listen.Int("backlog", config.listen.backlog);
+    listen.Finish();
+  }
+  s.String("workers", config.workers);
+  // Before databases and users, whose unset limits default to the pool section's.
+  if (const YAML::Node* node = s.Child("pool", &line)) {
+    Section pool(loader, *node, "pool", line);
+    ReadPool(pool, config.pool);
+    pool.Finish();
+  }
+  if (const YAML::Node* node = s.Child("databases", &line)) {
+    ReadDatabases(loader, *node, line, config.pool, config.databases);
+  }
+  if (const YAML::Node* node = s.Child("users", &line)) {
+    ReadUsers(loader, *node, line, config.pool, config.users);
+  }
+  if (const YAML::Node* node = s.Child("auth", &line)) {
+    Section auth(loader, *node, "auth", line);
+    auth.Auth("type", config.auth.type);
+    auth.String("file", config.auth.file);
+    auth.String("query", config.auth.query);
+    auth.String("user", config.auth.user);
+    auth.String("dbname", config.auth.dbname);
+    auth.Finish();
+  }
+  if (const YAML::Node* node = s.Child("admin", &line)) {
+    Section admin(loader, *node, "admin", line);
+    admin.StringList("users", config.admin.users);
+    admin.StringList("stats_users", config.admin.stats_users);
+    admin.Finish();
+  }
+  if (const YAML::Node* node = s.Child("metrics", &line)) {
+    Section metrics(loader, *node, "metrics", line);
+    metrics.String("listen", config.metrics.listen);
+    metrics.Finish();
+  }
+  if (const YAML::Node* node = s.Child("log", &line)) {
+    Section log(loader, *node, "log", line);
+    log.String("level", config.log.level);
+    log.Bool("log_connections", config.log.log_connections);
+    log.Bool("log_disconnections", config.log.log_disconnections);
+    log.Finish();
+  }
+  ReadFreeForm(loader, s, "peering", config.peering);
+  ReadFreeForm(loader, s, "controller", config.controller);
+  s.Finish();
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string& source_name) {
+  Config config;
+  config.source_path = source_name;
+  Loader loader;
+  bool is_mapping = false;
+  try {
+    is_mapping = ReadRoot(loader, YAML::Load(text), config);
+  } catch (const YAML::Exception& e) {
+    // Syntax errors, and anything yaml-cpp throws while we walk the tree: the file is unusable,
+    // so drop whatever was read and report only this.
+    loader.issues.clear();
+    loader.issues.push_back(Issue{"", absl::StrCat("invalid YAML: ", e.msg), LineOf(e.mark),
+                                  e.mark.is_null() ? 0 : e.mark.column + 1});
+    return internal::IssuesToStatus(source_name, loader.issues);
+  }
+
+  // Type errors leave defaults in place, so the semantic checks still run and report the rest.
+  std::vector<Issue> semantic;
+  if (is_mapping) internal::CheckConfig(config, semantic);
+  for (Issue& issue : semantic) {
+    if (auto it = loader.key_lines.find(issue.key); it != loader.key_lines.end()) {
+      issue.line = it->second;
+    }
+    loader.issues.push_back(std::move(issue));
+  }
+  // File order reads best; problems without a line (missing keys) go last.
+  std::stable_sort(loader.issues.begin(), loader.issues.end(), [](const Issue& a, const Issue& b) {
+    return (a.line == 0 ? INT_MAX : a.line) < (b.line == 0 ? INT_MAX : b.line);
+  });
+  if (!loader.issues.empty()) return internal::IssuesToStatus(source_name, loader.issues);
+
+  // userlist.txt usually sits next to the config; a path relative to the process's working
+  // directory would break as soon as the pooler is started from elsewhere.
+  if (!config.auth.file.empty() && config.auth.file.front() != '/') {
+    const std::filesystem::path dir = std::filesystem::path(source_name).parent_path();
+    if (!dir.empty()) config.auth.file = (dir / config.auth.file).string();
+  }
+  return config;
+}
+
+absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot open config file"));
+  }
+  std::string text;
+  char buffer[8192];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  const int read_errno = errno;
+  std::fclose(file);
+  if (failed) {
+    return absl::ErrnoToStatus(read_errno, absl::StrCat(path, ": cannot read config file"));
+  }
+  return LoadConfigText(text, path);
+}
+
+}  // namespace pgfleet::config
