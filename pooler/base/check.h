@@ -12,22 +12,22 @@ namespace pgfleet::base {
 inline unsigned long long g_bug_count = 0;
 }  // namespace pgfleet::base
 
-#define PGFLEET_CHECK(cond)                                                             \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      std::fprintf(stderr, "CHECK failed: %s at %s:%d\n", #cond, __FILE__, __LINE__);   \
-      std::abort();                                                                     \
-    }                                                                                   \
+#define PGFLEET_CHECK(cond)                                                           \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      std::fprintf(stderr, "CHECK failed: %s at %s:%d\n", #cond, __FILE__, __LINE__); \
+      std::abort();                                                                   \
+    }                                                                                 \
   } while (0)
 
 #ifdef NDEBUG
-#define PGFLEET_BUG(cond, what)                                                          \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      ++::pgfleet::base::g_bug_count;                                                    \
-      PGFLEET_LOG(kError, "bug", "what=", ::pgfleet::base::LogQuote(what), " at=", __FILE__, \
-                  ":", __LINE__);                                                        \
-    }                                                                                    \
+#define PGFLEET_BUG(cond, what)                                                                   \
+  do {                                                                                            \
+    if (!(cond)) {                                                                                \
+      ++::pgfleet::base::g_bug_count;                                                             \
+      PGFLEET_LOG(kError, "bug", "what=", ::pgfleet::base::LogQuote(what), " at=", __FILE__, ":", \
+                  __LINE__);                                                                      \
+    }                                                                                             \
   } while (0)
 #else
 #define PGFLEET_BUG(cond, what) PGFLEET_CHECK(cond)

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "pooler/base/strings.h"
 
 namespace pgfleet::base {
 namespace {
@@ -39,7 +40,7 @@ std::string LogQuote(std::string_view value) {
   if (!value.empty() && value.find_first_of(" \"=\n\t") == std::string_view::npos) {
     return std::string(value);
   }
-  return absl::StrCat("\"", absl::StrReplaceAll(value, {{"\"", "\\\""}, {"\n", "\\n"}}), "\"");
+  return StrCat("\"", absl::StrReplaceAll(Av(value), {{"\"", "\\\""}, {"\n", "\\n"}}), "\"");
 }
 
 void LogLine(LogLevel level, std::string_view event, std::string_view fields) {

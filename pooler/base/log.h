@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-#include "absl/strings/str_cat.h"
+#include "pooler/base/strings.h"
 
 namespace pgfleet::base {
 
@@ -25,9 +25,10 @@ std::string LogQuote(std::string_view value);
 
 }  // namespace pgfleet::base
 
-#define PGFLEET_LOG(level, event, ...)                                                      \
-  do {                                                                                      \
-    if (::pgfleet::base::LogLevel::level >= ::pgfleet::base::GetLogLevel()) {               \
-      ::pgfleet::base::LogLine(::pgfleet::base::LogLevel::level, event, absl::StrCat(__VA_ARGS__)); \
-    }                                                                                       \
+#define PGFLEET_LOG(level, event, ...)                                        \
+  do {                                                                        \
+    if (::pgfleet::base::LogLevel::level >= ::pgfleet::base::GetLogLevel()) { \
+      ::pgfleet::base::LogLine(::pgfleet::base::LogLevel::level, event,       \
+                               ::pgfleet::base::StrCat(__VA_ARGS__));         \
+    }                                                                         \
   } while (0)

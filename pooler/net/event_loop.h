@@ -1,0 +1,99 @@
+// A single-threaded epoll event loop with coarse timers, cross-thread Post() and deferred deletion.
+// Every fd is registered once; interest changes happen only under backpressure.
+#pragma once
+
+#include <sys/epoll.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace pgfleet::net {
+
+// Receives readiness for one fd. `events` is the epoll mask (EPOLLIN, EPOLLOUT, EPOLLERR...).
+class IoHandler {
+ public:
+  virtual ~IoHandler() = default;
+  virtual void OnIoEvent(uint32_t events) = 0;
+};
+
+// Objects whose deletion must wait until the current callback stack has unwound.
+class DeferredDeletable {
+ public:
+  virtual ~DeferredDeletable() = default;
+};
+
+// Monotonic time without a syscall (vDSO clock_gettime).
+absl::Time MonotonicNow();
+
+class EventLoop {
+ public:
+  using TimerId = uint64_t;
+
+  EventLoop();
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  [[nodiscard]] absl::Status Init();
+
+  // Registers `fd` (level-triggered) for `events`; `handler` must outlive the registration.
+  [[nodiscard]] absl::Status Add(int fd, IoHandler* handler, uint32_t events);
+  void Modify(int fd, IoHandler* handler, uint32_t events);
+  // Deregisters `fd`; pending events for it in the current batch are dropped.
+  void Remove(int fd);
+
+  // Runs `fn` on the loop thread after `delay` (once). Returns an id for CancelTimer.
+  TimerId RunAfter(absl::Duration delay, std::function<void()> fn);
+  // Runs `fn` every `interval` until the loop stops or the timer is cancelled.
+  TimerId RunEvery(absl::Duration interval, std::function<void()> fn);
+  void CancelTimer(TimerId id);
+
+  // Thread-safe: queues `fn` to run on the loop thread and wakes the loop.
+  void Post(std::function<void()> fn);
+
+  // Deletes `object` after the current event batch.
+  void DeferredDelete(std::unique_ptr<DeferredDeletable> object);
+
+  // Runs until Stop(). Returns an error only if epoll itself fails.
+  absl::Status Run();
+  // Thread-safe.
+  void Stop();
+
+  // The time at the start of the current iteration (cheap, good to ~1 event batch).
+  absl::Time now() const { return now_; }
+  // Number of epoll_wait wakeups so far (for benchmarks and tests).
+  uint64_t wakeups() const { return wakeups_; }
+
+ private:
+  struct Timer {
+    std::function<void()> fn;
+    absl::Duration interval;  // zero = one-shot
+  };
+  class WakeHandler;
+
+  void RunDueTimers();
+  void RunPosted();
+  int NextTimeoutMs() const;
+
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::unique_ptr<WakeHandler> wake_handler_;
+  bool stopping_ = false;
+  absl::Time now_;
+  uint64_t wakeups_ = 0;
+  TimerId next_timer_id_ = 1;
+  std::multimap<absl::Time, TimerId> timer_queue_;
+  std::map<TimerId, Timer> timers_;
+  std::vector<std::unique_ptr<DeferredDeletable>> to_delete_;
+  std::mutex posted_mu_;
+  std::vector<std::function<void()>> posted_;
+};
+
+}  // namespace pgfleet::net

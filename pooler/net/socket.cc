@@ -1,0 +1,175 @@
+// Socket helpers.
+#include "pooler/net/socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "pooler/base/strings.h"
+
+namespace pgfleet::net {
+namespace {
+
+absl::Status Errno(std::string_view what) {
+  return absl::UnavailableError(base::StrCat(what, ": ", strerror(errno)));
+}
+
+std::string UnixPath(const std::string& dir, int port) {
+  return base::StrCat(dir, "/.s.PGSQL.", port);
+}
+
+}  // namespace
+
+absl::StatusOr<int> ListenTcp(const std::string& address, int port, int backlog) {
+  std::string host = address;
+  if (host == "*") host = "0.0.0.0";
+  struct addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  struct addrinfo* res = nullptr;
+  std::string port_str = std::to_string(port);
+  int rc = getaddrinfo(host.c_str(), port_str.c_str(), &hints, &res);
+  if (rc != 0) {
+    return absl::InvalidArgumentError(
+        base::StrCat("cannot resolve listen address ", address, ": ", gai_strerror(rc)));
+  }
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    freeaddrinfo(res);
+    return Errno("socket");
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  if (res->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  if (bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    auto status = Errno(base::StrCat("bind ", address, ":", port));
+    freeaddrinfo(res);
+    close(fd);
+    return status;
+  }
+  freeaddrinfo(res);
+  if (listen(fd, backlog) != 0) {
+    close(fd);
+    return Errno("listen");
+  }
+  return fd;
+}
+
+absl::StatusOr<int> ListenUnix(const std::string& dir, int port, int backlog) {
+  std::string path = UnixPath(dir, port);
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(base::StrCat("unix socket path too long: ", path));
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Errno("socket(AF_UNIX)");
+  unlink(path.c_str());
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    auto status = Errno(base::StrCat("bind ", path));
+    close(fd);
+    return status;
+  }
+  chmod(path.c_str(), 0777);
+  if (listen(fd, backlog) != 0) {
+    close(fd);
+    return Errno("listen");
+  }
+  return fd;
+}
+
+int BoundPort(int fd) {
+  struct sockaddr_storage addr;
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  return -1;
+}
+
+absl::StatusOr<int> ConnectTo(const std::string& host, int port) {
+  int fd = -1;
+  int rc = 0;
+  if (!host.empty() && host[0] == '/') {
+    std::string path = UnixPath(host, port);
+    struct sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    if (path.size() >= sizeof(addr.sun_path)) {
+      return absl::InvalidArgumentError("unix socket path too long");
+    }
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return Errno("socket");
+    rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  } else {
+    // Numeric addresses resolve without blocking; names go through the resolver once per
+    // connect, which blocks the loop briefly (an async resolver is future work).
+    struct addrinfo hints = {};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    struct addrinfo* res = nullptr;
+    std::string port_str = std::to_string(port);
+    int gai = getaddrinfo(host.c_str(), port_str.c_str(), &hints, &res);
+    if (gai != 0) {
+      return absl::UnavailableError(base::StrCat("cannot resolve ", host, ": ", gai_strerror(gai)));
+    }
+    fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      freeaddrinfo(res);
+      return Errno("socket");
+    }
+    rc = connect(fd, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+  }
+  if (rc != 0 && errno != EINPROGRESS && errno != EAGAIN) {
+    auto status = Errno(base::StrCat("connect to ", host, ":", port));
+    close(fd);
+    return status;
+  }
+  return fd;
+}
+
+int PendingSocketError(int fd) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+  return err;
+}
+
+void TuneSocket(int fd, bool keepalive) {
+  struct sockaddr_storage addr;
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return;
+  if (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) return;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (keepalive) setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+}
+
+std::string PeerAddressString(const sockaddr_storage& addr) {
+  char host[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    return base::StrCat(host, ":", ntohs(in->sin_port));
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+    return base::StrCat("[", host, "]:", ntohs(in6->sin6_port));
+  }
+  return "unix";
+}
+
+}  // namespace pgfleet::net

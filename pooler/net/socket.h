@@ -1,0 +1,34 @@
+// Socket set-up: listeners (TCP with SO_REUSEPORT, unix), outbound connects and option tuning.
+// All sockets are non-blocking and close-on-exec unless noted.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace pgfleet::net {
+
+// A TCP listener on `address:port` ("*"/"0.0.0.0" = any IPv4, "::" = any IPv6) with
+// SO_REUSEADDR and SO_REUSEPORT, so several worker processes can share the port.
+absl::StatusOr<int> ListenTcp(const std::string& address, int port, int backlog);
+// A unix listener at `dir`/.s.PGSQL.`port` (a stale file is replaced), mode 0777 like PostgreSQL.
+absl::StatusOr<int> ListenUnix(const std::string& dir, int port, int backlog);
+// The port a bound socket listens on (to report `listen.port: 0`).
+int BoundPort(int fd);
+
+// Starts a non-blocking connect to `host:port` (or the unix socket in directory `host`).
+// On success the fd is connecting or connected; completion is signalled by EPOLLOUT.
+absl::StatusOr<int> ConnectTo(const std::string& host, int port);
+// SO_ERROR after EPOLLOUT on a connecting socket: 0 = connected.
+int PendingSocketError(int fd);
+
+// TCP_NODELAY and keepalive on TCP sockets; no-op for unix sockets.
+void TuneSocket(int fd, bool keepalive);
+
+// "1.2.3.4:5678" or "unix" for a peer address, for logs.
+std::string PeerAddressString(const sockaddr_storage& addr);
+
+}  // namespace pgfleet::net

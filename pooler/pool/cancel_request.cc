@@ -1,0 +1,64 @@
+// Outbound cancel requests.
+#include "pooler/pool/cancel_request.h"
+
+#include <sys/epoll.h>
+
+#include "pooler/base/log.h"
+#include "pooler/net/socket.h"
+#include "pooler/pool/pool_registry.h"
+#include "pooler/pool/server_conn.h"
+#include "pooler/protocol/builders.h"
+
+namespace pgfleet::pool {
+
+CancelRequestConn::CancelRequestConn(net::EventLoop& loop, int fd, PoolRegistry* registry,
+                                     uint64_t server_id, uint64_t link_generation)
+    : net::Connection(loop, fd),
+      registry_(registry),
+      server_id_(server_id),
+      link_generation_(link_generation),
+      started_at_(loop.now()) {}
+
+void CancelRequestConn::OnIoEvent(uint32_t events) {
+  if (closed()) return;
+  if (!sent_) {
+    if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0) return;
+    if (net::PendingSocketError(fd_) != 0) return Finish("connect failed");
+    connecting_ = false;
+    ServerConn* server = registry_->FindServer(server_id_);
+    if (server == nullptr || server->link_generation() != link_generation_ ||
+        !server->query_in_progress()) {
+      ++registry_->counters().cancels_dropped;
+      return Finish("query already finished");
+    }
+    protocol::StringSink sink;
+    protocol::BuildCancelRequest(sink, server->backend_pid(), server->backend_secret());
+    sent_ = true;
+    const auto& bytes = sink.bytes();
+    if (!Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
+      return Finish("write failed");
+    }
+    ++registry_->counters().cancels_sent;
+    UpdateInterest();
+    return;
+  }
+  if (events & EPOLLOUT) {
+    if (!Flush()) return Finish("write failed");
+  }
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+    // PostgreSQL answers a cancel by closing the connection once it has signalled the backend.
+    size_t n = 0;
+    auto result = ReadOnce(&n);
+    if (result == ReadResult::kEof || result == ReadResult::kError) return Finish("sent");
+    in_.Consume(in_.size());
+  }
+}
+
+void CancelRequestConn::Finish(std::string_view outcome) {
+  PGFLEET_LOG(kDebug, "cancel_finished", "server=", server_id_, " outcome=", outcome);
+  CloseSocket();
+  if (ServerConn* server = registry_->FindServer(server_id_)) server->CancelFinished();
+  registry_->ForgetCancelRequest(this);
+}
+
+}  // namespace pgfleet::pool

@@ -1,0 +1,32 @@
+// One outbound CancelRequest to PostgreSQL on behalf of a client whose query is running. It is
+// sent only if the server is still running a query for the same link when the socket connects,
+// so a late cancel never hits the next transaction (PROTOCOL-NOTES 1.5, 6.9).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pooler/net/connection.h"
+
+namespace pgfleet::pool {
+
+class PoolRegistry;
+
+class CancelRequestConn final : public net::Connection {
+ public:
+  CancelRequestConn(net::EventLoop& loop, int fd, PoolRegistry* registry, uint64_t server_id,
+                    uint64_t link_generation);
+  void OnIoEvent(uint32_t events) override;
+  // Ends the request (sent, refused or timed out) and releases the server's cancel hold.
+  void Finish(std::string_view outcome);
+  absl::Time started_at() const { return started_at_; }
+
+ private:
+  PoolRegistry* registry_;
+  uint64_t server_id_;
+  uint64_t link_generation_;
+  bool sent_ = false;
+  absl::Time started_at_;
+};
+
+}  // namespace pgfleet::pool

@@ -1,0 +1,174 @@
+// Client authentication: md5 and SCRAM-SHA-256 challenges against the user's stored secret.
+#include <sys/socket.h>
+
+#include "pooler/auth/md5.h"
+#include "pooler/auth/secret.h"
+#include "pooler/base/log.h"
+#include "pooler/base/strings.h"
+#include "pooler/pool/client_conn.h"
+#include "pooler/pool/pool.h"
+#include "pooler/pool/pool_registry.h"
+#include "pooler/protocol/builders.h"
+#include "pooler/protocol/frame.h"
+#include "pooler/protocol/frontend.h"
+#include "pooler/protocol/sqlstate.h"
+
+namespace pgfleet::pool {
+namespace {
+
+std::span<const uint8_t> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+// Password messages are tiny; anything bigger is not a login attempt.
+constexpr uint32_t kMaxAuthMessage = 16 * 1024;
+
+}  // namespace
+
+void ClientConn::ContinueAuthWithSecret(const std::string& secret) {
+  secret_ = secret;
+  const auto kind = auth::ClassifySecret(secret);
+  const auto type = registry_->config().auth.type;
+  protocol::StringSink sink;
+  bool use_scram = type == config::AuthType::kScramSha256 ||
+                   (type == config::AuthType::kMd5 && kind == auth::SecretKind::kScramSha256);
+  if (kind == auth::SecretKind::kEmpty || (use_scram && kind == auth::SecretKind::kMd5)) {
+    // Still run a challenge so a missing user looks like a wrong password; it cannot succeed.
+    secret_.clear();
+  }
+  if (use_scram) {
+    auth::ScramSecret scram_secret;
+    if (kind == auth::SecretKind::kScramSha256) {
+      auto parsed = auth::ParseScramSecret(secret);
+      if (!parsed.ok()) {
+        PGFLEET_LOG(kWarning, "auth_secret_invalid", "user=", base::LogQuote(user_));
+        Fatal(protocol::sqlstate::kInvalidPassword,
+              base::StrCat("password authentication failed for user \"", user_, "\""));
+        return;
+      }
+      scram_secret = *parsed;
+    } else {
+      uint8_t salt[16];
+      registry_->random().Fill(salt);
+      // A secret for an unknown user is derived from random bytes, so no proof can match.
+      std::string password = secret_;
+      if (password.empty()) {
+        uint8_t junk[32];
+        registry_->random().Fill(junk);
+        password.assign(reinterpret_cast<char*>(junk), sizeof(junk));
+      }
+      scram_secret = auth::MakeScramSecret(password, salt, auth::kDefaultScramIterations);
+    }
+    scram_.emplace(std::move(scram_secret), registry_->random());
+    scram_first_done_ = false;
+    std::string_view mechanisms[] = {auth::kScramSha256};
+    protocol::BuildAuthenticationSasl(sink, mechanisms);
+  } else {
+    registry_->random().Fill(md5_salt_);
+    protocol::BuildAuthenticationMd5(sink, md5_salt_);
+  }
+  state_ = ClientState::kAuth;
+  if (!Send(AsBytes(sink.bytes()))) Close("write failed");
+}
+
+void ClientConn::HandleAuthData() {
+  while (state_ == ClientState::kAuth && !in_.empty()) {
+    protocol::FrameHeader header;
+    auto result = protocol::PeekHeader(in_.Readable(), kMaxAuthMessage, &header);
+    if (result == protocol::FrameResult::kNeedMore) return;
+    if (result == protocol::FrameResult::kProtocolError || header.type != 'p') {
+      ++registry_->counters().protocol_errors;
+      Fatal(protocol::sqlstate::kProtocolViolation, "expected password response");
+      return;
+    }
+    if (in_.size() < header.total_size()) return;
+    std::string body(reinterpret_cast<const char*>(in_.Readable().data()) + protocol::kHeaderSize,
+                     header.body_size());
+    in_.Consume(header.total_size());
+    auto bytes = AsBytes(body);
+    const std::string failed =
+        base::StrCat("password authentication failed for user \"", user_, "\"");
+
+    if (!scram_.has_value()) {
+      auto password = protocol::ParsePasswordMessage(bytes);
+      if (!password.ok()) {
+        Fatal(protocol::sqlstate::kProtocolViolation, base::Sv(password.status().message()));
+        return;
+      }
+      if (secret_.empty() || !auth::VerifyMd5Response(secret_, user_, md5_salt_, *password)) {
+        ++registry_->counters().login_failures;
+        PGFLEET_LOG(kWarning, "client_auth_failed", "client=", id_, " addr=", peer_address_,
+                    " user=", base::LogQuote(user_), " method=md5");
+        Fatal(protocol::sqlstate::kInvalidPassword, failed);
+        return;
+      }
+      FinishLogin();
+      return;
+    }
+
+    protocol::StringSink sink;
+    if (!scram_first_done_) {
+      auto initial = protocol::ParseSaslInitialResponse(bytes);
+      if (!initial.ok() || initial->mechanism != auth::kScramSha256) {
+        Fatal(protocol::sqlstate::kProtocolViolation,
+              "client selected an invalid SASL authentication mechanism");
+        return;
+      }
+      auto server_first = scram_->HandleClientFirst(initial->data);
+      if (!server_first.ok()) {
+        Fatal(protocol::sqlstate::kProtocolViolation, base::Sv(server_first.status().message()));
+        return;
+      }
+      scram_first_done_ = true;
+      protocol::BuildAuthenticationSaslContinue(sink, *server_first);
+      if (!Send(AsBytes(sink.bytes()))) return Close("write failed");
+      continue;
+    }
+    auto server_final = scram_->HandleClientFinal(body);
+    if (!server_final.ok() || secret_.empty()) {
+      ++registry_->counters().login_failures;
+      PGFLEET_LOG(kWarning, "client_auth_failed", "client=", id_, " addr=", peer_address_,
+                  " user=", base::LogQuote(user_), " method=scram-sha-256");
+      Fatal(protocol::sqlstate::kInvalidPassword, failed);
+      return;
+    }
+    protocol::BuildAuthenticationSaslFinal(sink, *server_final);
+    if (!Send(AsBytes(sink.bytes()))) return Close("write failed");
+    FinishLogin();
+    return;
+  }
+}
+
+void ClientConn::FinishLogin() {
+  const auto& config = registry_->config();
+  auto db = config.FindDatabase(database_);
+  if (!db.has_value()) {
+    Fatal(protocol::sqlstate::kInvalidCatalogName, base::StrCat("no such database: ", database_));
+    return;
+  }
+  pool_ = registry_->GetOrCreatePool(*db, user_);
+  auto& creds = pool_->credentials();
+  if (!db->user.empty()) {
+    // A forced server user logs in with the database entry's password or its userlist entry.
+    if (!db->password.empty()) {
+      creds.secret = db->password;
+    } else if (auto it = registry_->userlist().find(db->user); it != registry_->userlist().end()) {
+      creds.secret = it->second;
+    }
+  } else if (!secret_.empty()) {
+    if (creds.secret != secret_) {
+      creds.secret = secret_;
+      creds.scram_client_key.reset();
+    }
+    if (scram_.has_value() && auth::ClassifySecret(secret_) == auth::SecretKind::kScramSha256) {
+      creds.scram_client_key = scram_->client_key();
+    }
+  } else if (auto it = registry_->userlist().find(user_); it != registry_->userlist().end()) {
+    creds.secret = it->second;  // trust toward clients, password toward the server
+  }
+  scram_.reset();
+  secret_.clear();
+  pool_->AddClient(this);
+}
+
+}  // namespace pgfleet::pool

@@ -1,0 +1,402 @@
+// Client connection: startup, login and the client-to-server half of the relay.
+#include "pooler/pool/client_conn.h"
+
+#include <sys/epoll.h>
+
+#include "absl/strings/match.h"
+#include "pooler/base/log.h"
+#include "pooler/base/strings.h"
+#include "pooler/pool/pool.h"
+#include "pooler/pool/pool_registry.h"
+#include "pooler/pool/server_conn.h"
+#include "pooler/protocol/builders.h"
+#include "pooler/protocol/frame.h"
+#include "pooler/protocol/reader.h"
+#include "pooler/protocol/sqlstate.h"
+
+namespace pgfleet::pool {
+namespace {
+
+// While queued for a server a client may pipeline this much before we stop reading it.
+constexpr size_t kMaxQueuedBytes = 1 << 20;
+
+std::span<const uint8_t> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+}  // namespace
+
+std::string_view ClientStateName(ClientState state) {
+  switch (state) {
+    case ClientState::kStartup:
+      return "startup";
+    case ClientState::kAuth:
+      return "auth";
+    case ClientState::kAuthQuery:
+      return "auth_query";
+    case ClientState::kWelcome:
+      return "welcome";
+    case ClientState::kIdle:
+      return "idle";
+    case ClientState::kWaiting:
+      return "waiting";
+    case ClientState::kActive:
+      return "active";
+    case ClientState::kClosed:
+      return "closed";
+  }
+  return "unknown";
+}
+
+ClientConn::ClientConn(net::EventLoop& loop, int fd, PoolRegistry* registry, uint64_t id,
+                       std::string peer_address)
+    : net::Connection(loop, fd),
+      registry_(registry),
+      id_(id),
+      peer_address_(std::move(peer_address)),
+      params_(registry->tracked_params().size()),
+      connected_at_(loop.now()),
+      last_activity_at_(loop.now()) {}
+
+ClientConn::~ClientConn() = default;
+
+void ClientConn::OnIoEvent(uint32_t events) {
+  if (closed()) return;
+  if (events & EPOLLOUT) {
+    if (!Flush()) {
+      Close("write to client failed");
+      return;
+    }
+    if (!has_pending_output() && server_ != nullptr && !server_->read_enabled()) {
+      server_->SetReadEnabled(true);
+    }
+  }
+  if (closed()) return;
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+    if (!read_enabled_) {
+      if (events & (EPOLLHUP | EPOLLERR)) Close("client socket error");
+      return;
+    }
+    HandleReadable();
+  }
+}
+
+void ClientConn::HandleReadable() {
+  size_t n = 0;
+  switch (ReadOnce(&n)) {
+    case ReadResult::kWouldBlock:
+      return;
+    case ReadResult::kEof:
+      Close(state_ == ClientState::kActive ? "client disconnected with query in progress"
+                                           : "client unexpected eof");
+      return;
+    case ReadResult::kError:
+      Close("client read error");
+      return;
+    case ReadResult::kData:
+      break;
+  }
+  last_activity_at_ = loop_.now();
+  switch (state_) {
+    case ClientState::kStartup:
+      HandleStartupData();
+      return;
+    case ClientState::kAuth:
+      HandleAuthData();
+      return;
+    case ClientState::kAuthQuery:
+    case ClientState::kWelcome:
+      // Early pipelined bytes wait in the buffer until login completes.
+      if (in_.size() > kMaxQueuedBytes) SetReadEnabled(false);
+      return;
+    default:
+      HandleLoggedInData();
+      return;
+  }
+}
+
+void ClientConn::HandleStartupData() {
+  while (state_ == ClientState::kStartup && !in_.empty()) {
+    uint32_t length = 0;
+    auto result = protocol::PeekStartupLength(in_.Readable(), &length);
+    if (result == protocol::FrameResult::kNeedMore) return;
+    if (result == protocol::FrameResult::kProtocolError) {
+      ++registry_->counters().protocol_errors;
+      Fatal(protocol::sqlstate::kProtocolViolation, "invalid startup packet layout");
+      return;
+    }
+    auto packet = protocol::ParseStartupPacket(in_.Readable().subspan(0, length));
+    in_.Consume(length);
+    if (!packet.ok()) {
+      ++registry_->counters().protocol_errors;
+      Fatal(protocol::sqlstate::kProtocolViolation, base::Sv(packet.status().message()));
+      return;
+    }
+    if (packet->kind == protocol::StartupKind::kSslRequest ||
+        packet->kind == protocol::StartupKind::kGssEncRequest) {
+      // No TLS or GSS yet: 'N' and the client continues in plain text. Bytes sent before our
+      // answer would be a buffer-stuffing attempt (CVE-2021-23222).
+      if (!in_.empty()) {
+        Fatal(protocol::sqlstate::kProtocolViolation, "unexpected data after encryption request");
+        return;
+      }
+      static constexpr uint8_t kNo = 'N';
+      if (!Send({&kNo, 1})) Close("write failed");
+      continue;
+    }
+    if (packet->kind == protocol::StartupKind::kCancelRequest) {
+      ++registry_->counters().cancels_received;
+      if (packet->cancel_secret.size() == protocol::kCancelSecretSize) {
+        protocol::CancelKey key;
+        key.pid = packet->cancel_pid;
+        std::copy(packet->cancel_secret.begin(), packet->cancel_secret.end(), key.secret.begin());
+        registry_->HandleCancel(key);
+      } else {
+        ++registry_->counters().cancels_dropped;
+      }
+      Close("cancel request");
+      return;
+    }
+    HandleStartupPacket(*packet);
+  }
+}
+
+void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
+  const auto& config = registry_->config();
+  std::vector<std::string> unrecognized;
+  for (const auto& [name, value] : packet.parameters) {
+    if (name == "user") {
+      user_ = value;
+    } else if (name == "database") {
+      database_ = value;
+    } else if (absl::StartsWith(name, "_pq_.")) {
+      unrecognized.push_back(name);
+    } else if (int slot = registry_->tracked_params().Find(name); slot >= 0) {
+      params_.Set(static_cast<size_t>(slot), value);
+    } else if (std::find(config.pool.ignore_startup_parameters.begin(),
+                         config.pool.ignore_startup_parameters.end(),
+                         name) != config.pool.ignore_startup_parameters.end()) {
+      continue;
+    } else if (name == "options" && value.empty()) {
+      continue;
+    } else {
+      Fatal(protocol::sqlstate::kProtocolViolation,
+            base::StrCat("unsupported startup parameter: ", name));
+      return;
+    }
+  }
+  if ((packet.protocol_version & 0xffff) != 0 || !unrecognized.empty()) {
+    protocol::StringSink sink;
+    protocol::BuildNegotiateProtocolVersion(sink, 0, unrecognized);
+    if (!Send(AsBytes(sink.bytes()))) return Close("write failed");
+  }
+  if (user_.empty()) {
+    Fatal(protocol::sqlstate::kInvalidAuthorization,
+          "no PostgreSQL user name specified in startup packet");
+    return;
+  }
+  if (database_.empty()) database_ = user_;
+  if (!registry_->ClientSlotAvailable()) {
+    ++registry_->counters().clients_rejected_max_client_conn;
+    Fatal(protocol::sqlstate::kTooManyConnections, "no more connections allowed (max_client_conn)");
+    return;
+  }
+  if (!config.FindDatabase(database_).has_value()) {
+    ++registry_->counters().login_failures;
+    Fatal(protocol::sqlstate::kInvalidCatalogName, base::StrCat("no such database: ", database_));
+    return;
+  }
+  BeginAuth();
+}
+
+void ClientConn::BeginAuth() {
+  const auto& config = registry_->config();
+  if (config.auth.type == config::AuthType::kTrust) {
+    FinishLogin();
+    return;
+  }
+  auto it = registry_->userlist().find(user_);
+  if (it != registry_->userlist().end()) {
+    ContinueAuthWithSecret(it->second);
+    return;
+  }
+  if (!config.auth.query.empty()) {
+    state_ = ClientState::kAuthQuery;
+    registry_->RunAuthQuery(this, *config.FindDatabase(database_));
+    return;
+  }
+  // Same message as for a wrong password, so user names cannot be probed.
+  ContinueAuthWithSecret("");
+}
+
+void ClientConn::OnAuthQueryResult(bool found, const std::string& secret, std::string_view error) {
+  if (closed()) return;
+  if (!error.empty()) {
+    PGFLEET_LOG(kWarning, "auth_query_failed", "client=", id_, " user=", base::LogQuote(user_),
+                " error=", base::LogQuote(error));
+    Fatal(protocol::sqlstate::kInvalidAuthorization, "authentication query failed");
+    return;
+  }
+  ContinueAuthWithSecret(found ? secret : "");
+}
+
+void ClientConn::Close(std::string_view reason) {
+  if (state_ == ClientState::kClosed) return;
+  PGFLEET_LOG(kInfo, "client_disconnect", "client=", id_, " addr=", peer_address_,
+              " user=", base::LogQuote(user_), " db=", base::LogQuote(database_),
+              " state=", ClientStateName(state_), " reason=", base::LogQuote(reason));
+  if (cancel_key_registered_) {
+    registry_->ForgetCancelKey(cancel_key_);
+    cancel_key_registered_ = false;
+  }
+  if (auth_query_server_ != nullptr) {
+    auth_query_server_->AbandonAuthQuery();
+    auth_query_server_ = nullptr;
+  }
+  CloseSocket();
+  registry_->DeleteClient(this);  // unlinks from pool and lists, sets kClosed, defers delete
+}
+
+void ClientConn::FatalRaw(std::span<const uint8_t> error_message) {
+  if (closed()) return;
+  (void)Send(error_message);
+  Close("server login failed");
+}
+
+void ClientConn::Fatal(std::string_view sqlstate, std::string_view message) {
+  if (closed()) return;
+  protocol::StringSink sink;
+  protocol::BuildErrorResponse(sink, "FATAL", sqlstate, message);
+  (void)Send(AsBytes(sink.bytes()));
+  Close(message);
+}
+
+void ClientConn::SendWelcome(const std::vector<std::pair<std::string, std::string>>& server_params,
+                             const ParamSet& server_defaults) {
+  params_.FillUnset(server_defaults);
+  cancel_key_ = registry_->MintCancelKey(this);
+  cancel_key_registered_ = true;
+  protocol::StringSink sink;
+  protocol::BuildAuthenticationOk(sink);
+  const auto& names = registry_->tracked_params();
+  std::vector<bool> sent(names.size(), false);
+  for (const auto& [name, value] : server_params) {
+    int slot = names.Find(name);
+    if (slot >= 0 && params_.IsSet(static_cast<size_t>(slot))) {
+      protocol::BuildParameterStatus(sink, name, params_.Get(static_cast<size_t>(slot)));
+      sent[static_cast<size_t>(slot)] = true;
+    } else {
+      protocol::BuildParameterStatus(sink, name, value);
+    }
+  }
+  for (size_t slot = 0; slot < names.size(); ++slot) {
+    if (!sent[slot] && params_.IsSet(slot)) {
+      protocol::BuildParameterStatus(sink, names.name(slot), params_.Get(slot));
+    }
+  }
+  protocol::BuildBackendKeyData(sink, cancel_key_.pid, cancel_key_.secret);
+  protocol::BuildReadyForQuery(sink, 'I');
+  if (!Send(AsBytes(sink.bytes()))) {
+    Close("write failed");
+    return;
+  }
+  PGFLEET_LOG(kInfo, "client_login", "client=", id_, " addr=", peer_address_,
+              " user=", base::LogQuote(user_), " db=", base::LogQuote(database_));
+}
+
+void ClientConn::OnServerReleased() {
+  if (!read_enabled_) SetReadEnabled(true);
+  if (!in_.empty()) HandleLoggedInData();
+}
+
+void ClientConn::HandleLoggedInData() {
+  if (in_.empty()) return;
+  if (state_ == ClientState::kActive) {
+    RelayToServer();
+    return;
+  }
+  if (state_ == ClientState::kWaiting) {
+    if (in_.size() > kMaxQueuedBytes) SetReadEnabled(false);
+    return;
+  }
+  if (state_ != ClientState::kIdle) return;
+  // A Terminate from an idle client needs no server.
+  auto data = in_.Readable();
+  if (data[0] == 'X' && skip_remaining_ == 0) {
+    Close("client close request");
+    return;
+  }
+  pool_->RequestServer(this);  // links now (and relays) or queues
+}
+
+bool ClientConn::RelayToServer() {
+  if (server_ == nullptr || closed()) return !closed();
+  ServerConn* server = server_;
+  const uint32_t max_packet = static_cast<uint32_t>(registry_->config().pool.max_packet_size);
+  auto data = in_.Readable();
+  size_t pos = 0;
+  bool terminate = false;
+  while (pos < data.size()) {
+    if (skip_remaining_ > 0) {
+      size_t n = std::min(skip_remaining_, data.size() - pos);
+      pos += n;
+      skip_remaining_ -= n;
+      continue;
+    }
+    protocol::FrameHeader header;
+    auto result = protocol::PeekHeader(data.subspan(pos), max_packet, &header);
+    if (result == protocol::FrameResult::kNeedMore) break;
+    if (result == protocol::FrameResult::kProtocolError) {
+      ++registry_->counters().protocol_errors;
+      Fatal(protocol::sqlstate::kProtocolViolation, "invalid message length from client");
+      return false;
+    }
+    switch (header.type) {
+      case 'Q':
+      case 'S':
+      case 'F':
+        if (!server->query_in_progress()) server->set_query_started_at(loop_.now());
+        server->ExpectReadyForQuery();
+        unsynced_ = false;
+        break;
+      case 'P':
+      case 'B':
+      case 'E':
+      case 'D':
+      case 'C':
+        unsynced_ = true;
+        break;
+      case 'c':
+      case 'f':
+        in_copy_in_ = false;
+        break;
+      case 'X':
+        terminate = true;
+        break;
+      default:
+        break;
+    }
+    if (terminate) break;
+    size_t n = std::min(header.total_size(), data.size() - pos);
+    skip_remaining_ = header.total_size() - n;
+    pos += n;
+  }
+  if (pos > 0) {
+    pool_->stats().received_bytes += pos;
+    if (!server->Send(data.subspan(0, pos))) {
+      server->Close("write to server failed");
+      return !closed();
+    }
+    in_.Consume(pos);
+  }
+  if (terminate) {
+    in_.Consume(in_.size());
+    Close("client close request");
+    return false;
+  }
+  in_.ReleaseIfEmpty();
+  if (server->has_pending_output()) SetReadEnabled(false);
+  return true;
+}
+
+}  // namespace pgfleet::pool

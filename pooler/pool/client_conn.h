@@ -1,0 +1,133 @@
+// One client connection: startup, authentication (trust/md5/SCRAM, auth_file or auth_query),
+// then relaying its messages to the server it is linked to, or queueing for one.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/time/time.h"
+#include "pooler/auth/scram.h"
+#include "pooler/base/intrusive_list.h"
+#include "pooler/net/connection.h"
+#include "pooler/pool/param_sync.h"
+#include "pooler/protocol/cancel_key.h"
+#include "pooler/protocol/startup.h"
+
+namespace pgfleet::pool {
+
+class Pool;
+class PoolRegistry;
+class ServerConn;
+
+enum class ClientState {
+  kStartup,    // reading the startup packet (or SSLRequest/CancelRequest)
+  kAuth,       // password exchange in progress
+  kAuthQuery,  // waiting for auth_query's answer
+  kWelcome,    // authenticated, waiting for the pool's first server to learn its parameters
+  kIdle,       // logged in, no server, nothing to send
+  kWaiting,    // has messages queued and waits for a server
+  kActive,     // linked to a server
+  kClosed,
+};
+std::string_view ClientStateName(ClientState state);
+
+class ClientConn final : public net::Connection, public base::ListNode {
+ public:
+  ClientConn(net::EventLoop& loop, int fd, PoolRegistry* registry, uint64_t id,
+             std::string peer_address);
+  ~ClientConn() override;
+
+  void OnIoEvent(uint32_t events) override;
+
+  uint64_t id() const { return id_; }
+  ClientState state() const { return state_; }
+  void set_state(ClientState state) { state_ = state; }
+  Pool* pool() const { return pool_; }
+  ServerConn* server() const { return server_; }
+  const std::string& user() const { return user_; }
+  const std::string& database() const { return database_; }
+  const std::string& peer_address() const { return peer_address_; }
+  const protocol::CancelKey& cancel_key() const { return cancel_key_; }
+  const ParamSet& params() const { return params_; }
+  ParamSet& mutable_params() { return params_; }
+
+  void Attach(ServerConn* server) { server_ = server; }
+  void Detach() { server_ = nullptr; }
+
+  // Relays queued client bytes to the linked server; false when the client was closed.
+  bool RelayToServer();
+  // Continues after the auth_query answer: `found` false when no such user; `error` non-empty
+  // when the query failed.
+  void OnAuthQueryResult(bool found, const std::string& secret, std::string_view error);
+  void set_auth_query_server(ServerConn* server) { auth_query_server_ = server; }
+  // Sends AuthenticationOk, ParameterStatus, BackendKeyData and ReadyForQuery.
+  void SendWelcome(const std::vector<std::pair<std::string, std::string>>& server_params,
+                   const ParamSet& server_defaults);
+  // Processes messages that arrived while unlinked (after welcome or release).
+  void OnServerReleased();
+
+  // Bookkeeping for the release rule: the client is inside COPY FROM STDIN or sent extended
+  // messages not yet closed by Sync.
+  bool in_copy_in() const { return in_copy_in_; }
+  void set_in_copy_in(bool v) { in_copy_in_ = v; }
+  bool unsynced() const { return unsynced_; }
+  bool mid_message() const { return skip_remaining_ > 0; }
+
+  absl::Time connected_at() const { return connected_at_; }
+  absl::Time wait_started_at() const { return wait_started_at_; }
+  void set_wait_started_at(absl::Time t) { wait_started_at_ = t; }
+  absl::Time last_activity_at() const { return last_activity_at_; }
+
+  // Sends an ErrorResponse (FATAL or ERROR) and closes. Never throws away other clients.
+  void Fatal(std::string_view sqlstate, std::string_view message);
+  // Sends a whole error packet already built (a server's FATAL at login) and closes.
+  void FatalRaw(std::span<const uint8_t> error_message);
+  // Closes without a message; logs `reason`.
+  void Close(std::string_view reason);
+
+ private:
+  void HandleReadable();
+  void HandleStartupData();
+  void HandleStartupPacket(const protocol::StartupPacket& packet);
+  void HandleAuthData();
+  void BeginAuth();
+  void ContinueAuthWithSecret(const std::string& secret);
+  void FinishLogin();
+  void HandleLoggedInData();
+  // `flush_first` bytes... see .cc
+  bool ScanAndForward();
+
+  PoolRegistry* registry_;
+  uint64_t id_;
+  std::string peer_address_;
+  ClientState state_ = ClientState::kStartup;
+  Pool* pool_ = nullptr;
+  ServerConn* server_ = nullptr;
+
+  std::string user_;
+  std::string database_;
+  std::vector<std::pair<std::string, std::string>> startup_params_;
+  ParamSet params_;
+  protocol::CancelKey cancel_key_;
+  bool cancel_key_registered_ = false;
+
+  // Authentication in progress.
+  std::string secret_;
+  std::array<uint8_t, 4> md5_salt_{};
+  std::optional<auth::ScramServerExchange> scram_;
+  bool scram_first_done_ = false;
+  ServerConn* auth_query_server_ = nullptr;  // running our auth_query, if any
+
+  size_t skip_remaining_ = 0;
+  bool in_copy_in_ = false;
+  bool unsynced_ = false;
+
+  absl::Time connected_at_;
+  absl::Time wait_started_at_;
+  absl::Time last_activity_at_;
+};
+
+}  // namespace pgfleet::pool

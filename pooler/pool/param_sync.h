@@ -1,0 +1,58 @@
+// Session parameters pgfleet tracks per client and per server (PROTOCOL-NOTES 2.5), and the SET
+// statement that makes a server's values match a client's when they differ.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pgfleet::pool {
+
+// The names tracked in one worker, in slot order; built once from config.
+class TrackedParamNames {
+ public:
+  // Always tracks client_encoding, DateStyle, TimeZone, standard_conforming_strings and
+  // application_name, plus `extra` (e.g. IntervalStyle, search_path).
+  explicit TrackedParamNames(const std::vector<std::string>& extra);
+
+  // The slot of `name` (case-insensitive), or -1 when untracked.
+  int Find(std::string_view name) const;
+  size_t size() const { return names_.size(); }
+  const std::string& name(size_t slot) const { return names_[slot]; }
+
+ private:
+  std::vector<std::string> names_;  // canonical spelling, as servers report them
+};
+
+// Values by slot; an empty optional-like flag marks "never set".
+class ParamSet {
+ public:
+  explicit ParamSet(size_t slots = 0) : values_(slots), set_(slots, false) {}
+  void Resize(size_t slots) {
+    values_.resize(slots);
+    set_.resize(slots, false);
+  }
+  void Set(size_t slot, std::string_view value) {
+    values_[slot].assign(value);
+    set_[slot] = true;
+  }
+  bool IsSet(size_t slot) const { return set_[slot]; }
+  const std::string& Get(size_t slot) const { return values_[slot]; }
+  size_t size() const { return values_.size(); }
+  // Fills slots unset here from `defaults`.
+  void FillUnset(const ParamSet& defaults);
+
+ private:
+  std::vector<std::string> values_;
+  std::vector<bool> set_;
+};
+
+// Appends to `sql` "SET name='value';" for every slot where `wanted` is set and differs from
+// `current`; returns true when anything was appended.
+bool BuildParamSync(const TrackedParamNames& names, const ParamSet& wanted, const ParamSet& current,
+                    std::string* sql);
+
+// Quotes a value as a SQL string literal (E'' form when it holds backslashes).
+std::string QuoteLiteral(std::string_view value);
+
+}  // namespace pgfleet::pool

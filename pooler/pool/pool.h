@@ -1,0 +1,141 @@
+// A pool of server connections for one (database, user), with one list per connection state
+// (STYLE.md example 7). Decides when a client gets a server, when servers are opened and closed,
+// and when a server goes back to the pool.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "pooler/auth/scram.h"
+#include "pooler/base/intrusive_list.h"
+#include "pooler/config/config.h"
+#include "pooler/pool/client_conn.h"
+#include "pooler/pool/server_conn.h"
+#include "pooler/pool/stats.h"
+
+namespace pgfleet::pool {
+
+class PoolRegistry;
+
+// How pgfleet logs in to PostgreSQL as this pool's user.
+struct ServerCredentials {
+  std::string secret;  // plain, md5 hash or SCRAM secret (from config, auth_file or auth_query)
+  std::optional<auth::ScramKey> scram_client_key;  // recovered from a client's SCRAM login
+};
+
+class Pool {
+ public:
+  Pool(PoolRegistry* registry, config::DatabaseConfig db, std::string user);
+  ~Pool();
+
+  const config::DatabaseConfig& db() const { return db_; }
+  const std::string& user() const { return user_; }
+  // The user pgfleet logs in to the server as (db.user when forced).
+  const std::string& server_user() const { return db_.user.empty() ? user_ : db_.user; }
+  config::PoolMode mode() const { return mode_; }
+  PoolRegistry* registry() const { return registry_; }
+  ServerCredentials& credentials() { return credentials_; }
+  PoolStats& stats() { return stats_; }
+
+  // Re-reads settings after a reload. Servers for a changed host/port/dbname are retired.
+  void ApplyConfig(const config::DatabaseConfig& db);
+
+  // --- client side ---
+  // An authenticated client joins: welcomed at once when the server parameters are known,
+  // otherwise after the first server logs in.
+  void AddClient(ClientConn* client);
+  // The client has messages to send: link it to a server now or queue it in arrival order.
+  void RequestServer(ClientConn* client);
+  // The client is going away; unlinks and releases or closes its server.
+  void RemoveClient(ClientConn* client);
+
+  // --- server side ---
+  void OnServerConnected(ServerConn* server);
+  // Login finished: learn parameters, welcome waiting clients, serve the queue.
+  void OnServerReady(ServerConn* server);
+  // Login failed with a server ErrorResponse (`error` is the whole message, to pass on).
+  void OnServerLoginFailed(ServerConn* server, std::span<const uint8_t> error,
+                           bool fatal_for_clients);
+  // The linked transaction is over (release rule met) or a hidden check/reset finished.
+  void ReleaseServer(ServerConn* server);
+  // The server socket is gone; unlink and forget it.
+  void RemoveServer(ServerConn* server);
+  // A server finished a test/reset query or a cancel and may serve again.
+  void MakeIdle(ServerConn* server);
+
+  // Queues `client` for an auth_query on one of this pool's servers (this pool's user is
+  // auth.user).
+  void RequestAuthQuery(ClientConn* client);
+  void CancelAuthQuery(ClientConn* client);
+
+  // Periodic maintenance: timeouts, min_pool_size, reserve pool, lifetimes.
+  void Maintain(absl::Time now);
+
+  // Counts for SHOW POOLS / metrics / tests.
+  size_t client_count() const;
+  size_t waiting_count() const { return waiting_clients_.size(); }
+  size_t active_client_count() const { return active_clients_.size(); }
+  size_t idle_client_count() const { return idle_clients_.size(); }
+  size_t server_count() const;
+  size_t idle_server_count() const { return idle_servers_.size(); }
+  size_t active_server_count() const { return active_servers_.size(); }
+  size_t login_server_count() const { return login_servers_.size(); }
+  size_t testing_server_count() const { return testing_servers_.size(); }
+  absl::Duration max_wait(absl::Time now) const;
+  bool welcome_known() const { return welcome_known_; }
+
+  // Tells every client `reason` (FATAL 57P01) and closes every connection of the pool.
+  void Shutdown(std::string_view reason);
+  // Closes clients that are not inside a transaction (graceful shutdown); true when none remain.
+  bool CloseIdleClients(std::string_view reason);
+
+  // Closes every idle server (RECONNECT, reload of connection settings).
+  void CloseIdleServers(std::string_view reason);
+  // An idle server of this pool to give up so another pool of the same database may open one.
+  bool EvictOneIdleServer();
+
+ private:
+  void Link(ClientConn* client, ServerConn* server);
+  void ServeWaiting();
+  // Opens a server if limits allow; `extra` allows the reserve pool.
+  bool LaunchServer(bool use_reserve);
+  bool CanLaunch(bool use_reserve) const;
+  ServerConn* TakeIdleServer(absl::Time now);
+  void MoveServer(ServerConn* server, ServerState state);
+  void MoveClient(ClientConn* client, ClientState state);
+  void FailWelcomeClients(std::span<const uint8_t> error);
+  int pool_size() const;
+
+  PoolRegistry* registry_;
+  config::DatabaseConfig db_;
+  std::string user_;
+  config::PoolMode mode_;
+  ServerCredentials credentials_;
+  PoolStats stats_;
+
+  bool welcome_known_ = false;
+  std::vector<std::pair<std::string, std::string>> welcome_params_;
+  ParamSet server_defaults_;
+
+  base::IntrusiveList<ClientConn> welcome_clients_;
+  base::IntrusiveList<ClientConn> idle_clients_;
+  base::IntrusiveList<ClientConn> waiting_clients_;
+  base::IntrusiveList<ClientConn> active_clients_;
+
+  std::vector<ClientConn*> auth_query_waiters_;
+
+  base::IntrusiveList<ServerConn> login_servers_;  // connecting or logging in
+  base::IntrusiveList<ServerConn> idle_servers_;   // LIFO: most recently used at the front
+  base::IntrusiveList<ServerConn> active_servers_;
+  base::IntrusiveList<ServerConn> testing_servers_;  // check/reset query or cancel in flight
+
+  int reserve_in_use_ = 0;
+  absl::Time next_connect_allowed_ = absl::InfinitePast();
+  int consecutive_connect_failures_ = 0;
+};
+
+}  // namespace pgfleet::pool

@@ -1,0 +1,258 @@
+// Per-worker registry of pools, clients, cancel keys and shared limits.
+#include "pooler/pool/pool_registry.h"
+
+#include <unistd.h>
+
+#include "pooler/base/log.h"
+#include "pooler/base/strings.h"
+#include "pooler/net/socket.h"
+#include "pooler/pool/client_conn.h"
+#include "pooler/pool/server_conn.h"
+#include "pooler/protocol/sqlstate.h"
+
+namespace pgfleet::pool {
+namespace {
+constexpr absl::Duration kJanitorInterval = absl::Milliseconds(100);
+}  // namespace
+
+PoolRegistry::PoolRegistry(net::EventLoop& loop, std::shared_ptr<const config::Config> config,
+                           auth::Userlist userlist, uint32_t peer_id, base::RandomSource& random)
+    : loop_(loop),
+      config_(std::move(config)),
+      userlist_(std::move(userlist)),
+      peer_id_(peer_id),
+      random_(random),
+      tracked_params_(config_->pool.track_extra_parameters) {
+  limits_.max_client_conn = config_->pool.max_client_conn;
+  limits_.max_user_connections = config_->pool.max_user_connections;
+  limits_.default_max_db_connections = config_->pool.max_db_connections;
+  for (const auto& [name, db] : config_->databases) {
+    limits_.max_db_connections[name] = db.max_db_connections;
+  }
+  janitor_timer_ = loop_.RunEvery(kJanitorInterval, [this] { Janitor(); });
+}
+
+PoolRegistry::~PoolRegistry() { loop_.CancelTimer(janitor_timer_); }
+
+void PoolRegistry::AcceptClient(int fd, std::string peer_address) {
+  net::TuneSocket(fd, config_->pool.tcp_keepalive);
+  auto* client = new ClientConn(loop_, fd, this, NextConnectionId(), std::move(peer_address));
+  if (!client->Register().ok()) {
+    close(fd);
+    delete client;
+    return;
+  }
+  ++client_count_;
+  ++counters_.clients_accepted;
+  login_clients_.PushBack(client);
+  PGFLEET_LOG(kDebug, "client_connect", "client=", client->id(), " addr=", client->peer_address());
+}
+
+bool PoolRegistry::ClientSlotAvailable() const {
+  return limits_.max_client_conn <= 0 ||
+         client_count_ <= static_cast<size_t>(limits_.max_client_conn);
+}
+
+Pool* PoolRegistry::GetOrCreatePool(const config::DatabaseConfig& db, const std::string& user) {
+  auto key = std::make_pair(db.name, user);
+  auto it = pools_.find(key);
+  if (it != pools_.end()) return it->second.get();
+  auto pool = std::make_unique<Pool>(this, db, user);
+  Pool* raw = pool.get();
+  pools_.emplace(std::move(key), std::move(pool));
+  return raw;
+}
+
+ServerConn* PoolRegistry::OpenServer(Pool* pool) {
+  auto fd = net::ConnectTo(pool->db().host, pool->db().port);
+  if (!fd.ok()) {
+    PGFLEET_LOG(kWarning, "server_connect_failed", "db=", base::LogQuote(pool->db().name),
+                " error=", base::LogQuote(base::Sv(fd.status().message())));
+    return nullptr;
+  }
+  auto* server = new ServerConn(loop_, *fd, pool, NextConnectionId());
+  if (!server->Register(/*connecting=*/true).ok()) {
+    close(*fd);
+    delete server;
+    return nullptr;
+  }
+  servers_by_id_[server->id()] = server;
+  ++counters_.servers_opened;
+  return server;
+}
+
+ServerConn* PoolRegistry::FindServer(uint64_t id) const {
+  auto it = servers_by_id_.find(id);
+  return it == servers_by_id_.end() ? nullptr : it->second;
+}
+
+void PoolRegistry::CountServer(const Pool* pool, int delta) {
+  db_server_counts_[pool->db().name] += delta;
+  user_server_counts_[pool->server_user()] += delta;
+}
+
+int PoolRegistry::DatabaseServerCount(const std::string& db) const {
+  auto it = db_server_counts_.find(db);
+  return it == db_server_counts_.end() ? 0 : it->second;
+}
+
+int PoolRegistry::UserServerCount(const std::string& user) const {
+  auto it = user_server_counts_.find(user);
+  return it == user_server_counts_.end() ? 0 : it->second;
+}
+
+int PoolRegistry::DatabaseLimit(const std::string& db) const {
+  auto it = limits_.max_db_connections.find(db);
+  if (it != limits_.max_db_connections.end() && it->second > 0) return it->second;
+  return limits_.default_max_db_connections;
+}
+
+bool PoolRegistry::EvictIdleServerFor(const Pool* pool) {
+  for (auto& [key, other] : pools_) {
+    if (other.get() == pool || other->db().name != pool->db().name) continue;
+    if (other->waiting_count() > 0) continue;
+    if (other->EvictOneIdleServer()) return true;
+  }
+  return false;
+}
+
+protocol::CancelKey PoolRegistry::MintCancelKey(ClientConn* client) {
+  protocol::CancelKey key;
+  do {
+    uint8_t bytes[2 + protocol::kCancelSecretSize];
+    random_.Fill(bytes);
+    key.pid = protocol::MakeCancelPid(peer_id_, (uint32_t{bytes[0]} << 8) | bytes[1]);
+    std::copy(bytes + 2, bytes + sizeof(bytes), key.secret.begin());
+  } while (!cancel_keys_.emplace(key, client).second);
+  return key;
+}
+
+void PoolRegistry::ForgetCancelKey(const protocol::CancelKey& key) { cancel_keys_.erase(key); }
+
+void PoolRegistry::HandleCancel(const protocol::CancelKey& key) {
+  auto it = cancel_keys_.find(key);
+  if (it == cancel_keys_.end()) {
+    // Unknown keys are dropped silently, as PostgreSQL does.
+    ++counters_.cancels_dropped;
+    PGFLEET_LOG(kDebug, "cancel_dropped",
+                "reason=unknown_key peer_id=", protocol::PeerIdOfCancelPid(key.pid));
+    return;
+  }
+  ClientConn* client = it->second;
+  ServerConn* server = client->server();
+  if (server == nullptr || !server->query_in_progress()) {
+    ++counters_.cancels_dropped;
+    PGFLEET_LOG(kDebug, "cancel_dropped", "reason=idle_client client=", client->id());
+    return;
+  }
+  auto fd = net::ConnectTo(server->pool()->db().host, server->pool()->db().port);
+  if (!fd.ok()) {
+    ++counters_.cancels_dropped;
+    return;
+  }
+  auto request = std::make_unique<CancelRequestConn>(loop_, *fd, this, server->id(),
+                                                     server->link_generation());
+  if (!request->Register(/*connecting=*/true).ok()) {
+    ++counters_.cancels_dropped;
+    return;
+  }
+  server->AddCancelInFlight();
+  PGFLEET_LOG(kInfo, "cancel_request", "client=", client->id(), " server=", server->id());
+  CancelRequestConn* raw = request.get();
+  cancel_requests_.emplace(raw, std::move(request));
+}
+
+void PoolRegistry::ForgetCancelRequest(CancelRequestConn* request) {
+  auto it = cancel_requests_.find(request);
+  if (it == cancel_requests_.end()) return;
+  loop_.DeferredDelete(std::move(it->second));
+  cancel_requests_.erase(it);
+}
+
+void PoolRegistry::RunAuthQuery(ClientConn* client, const config::DatabaseConfig& db) {
+  config::DatabaseConfig auth_db = db;
+  if (!config_->auth.dbname.empty()) {
+    auto other = config_->FindDatabase(config_->auth.dbname);
+    if (other.has_value()) auth_db = *other;
+  }
+  Pool* pool = GetOrCreatePool(auth_db, config_->auth.user);
+  if (pool->credentials().secret.empty()) {
+    if (auto it = userlist_.find(config_->auth.user); it != userlist_.end()) {
+      pool->credentials().secret = it->second;
+    }
+  }
+  pool->RequestAuthQuery(client);
+}
+
+void PoolRegistry::DeleteClient(ClientConn* client) {
+  if (client->pool() != nullptr) {
+    client->pool()->RemoveClient(client);
+  } else {
+    base::IntrusiveList<ClientConn>::RemoveFromOwner(client);
+  }
+  client->set_state(ClientState::kClosed);
+  --client_count_;
+  loop_.DeferredDelete(std::unique_ptr<net::DeferredDeletable>(client));
+}
+
+void PoolRegistry::DeleteServer(ServerConn* server) {
+  servers_by_id_.erase(server->id());
+  loop_.DeferredDelete(std::unique_ptr<net::DeferredDeletable>(server));
+}
+
+void PoolRegistry::OnClientClosed(ClientConn* client) { (void)client; }
+
+absl::Status PoolRegistry::Reload(std::shared_ptr<const config::Config> config,
+                                  auth::Userlist userlist) {
+  config_ = std::move(config);
+  userlist_ = std::move(userlist);
+  Limits limits = limits_;
+  limits.max_client_conn = config_->pool.max_client_conn;
+  limits.max_user_connections = config_->pool.max_user_connections;
+  limits.default_max_db_connections = config_->pool.max_db_connections;
+  limits.max_db_connections.clear();
+  for (const auto& [name, db] : config_->databases) {
+    limits.max_db_connections[name] = db.max_db_connections;
+  }
+  limits_ = std::move(limits);
+  for (auto& [key, pool] : pools_) {
+    auto db = config_->FindDatabase(key.first);
+    if (db.has_value()) {
+      pool->ApplyConfig(*db);
+    } else {
+      pool->CloseIdleServers("database removed from config");
+    }
+  }
+  return absl::OkStatus();
+}
+
+void PoolRegistry::CloseAll(std::string_view reason) {
+  std::vector<ClientConn*> clients;
+  for (auto* c = login_clients_.front(); c != nullptr; c = login_clients_.Next(c)) {
+    clients.push_back(c);
+  }
+  for (ClientConn* c : clients) c->Fatal(protocol::sqlstate::kAdminShutdown, reason);
+  for (auto& [key, pool] : pools_) pool->Shutdown(reason);
+}
+
+void PoolRegistry::Janitor() {
+  const absl::Time now = loop_.now();
+  const auto login_timeout = config_->pool.client_login_timeout;
+  if (login_timeout > absl::ZeroDuration()) {
+    std::vector<ClientConn*> expired;
+    for (auto* c = login_clients_.front(); c != nullptr; c = login_clients_.Next(c)) {
+      if (now - c->connected_at() > login_timeout) expired.push_back(c);
+    }
+    for (ClientConn* c : expired) {
+      c->Fatal(protocol::sqlstate::kProtocolViolation, "client_login_timeout");
+    }
+  }
+  std::vector<CancelRequestConn*> stale;
+  for (auto& [raw, request] : cancel_requests_) {
+    if (now - raw->started_at() > config_->pool.cancel_wait_timeout) stale.push_back(raw);
+  }
+  for (CancelRequestConn* raw : stale) raw->Finish("timeout");
+  for (auto& [key, pool] : pools_) pool->Maintain(now);
+}
+
+}  // namespace pgfleet::pool

@@ -1,0 +1,123 @@
+// Everything one worker pools: its pools by (database, user), its clients, the cancel keys it
+// minted, limits shared across pools (max_client_conn, max_db_connections, max_user_connections)
+// and the janitor that enforces timeouts.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "pooler/auth/userlist.h"
+#include "pooler/base/intrusive_list.h"
+#include "pooler/base/random.h"
+#include "pooler/config/config.h"
+#include "pooler/net/event_loop.h"
+#include "pooler/pool/cancel_request.h"
+#include "pooler/pool/param_sync.h"
+#include "pooler/pool/pool.h"
+#include "pooler/pool/stats.h"
+#include "pooler/protocol/cancel_key.h"
+
+namespace pgfleet::pool {
+
+// This worker's share of fleet-wide budgets (DESIGN.md "Connection budget").
+struct Limits {
+  int max_client_conn = 0;                                   // 0 = unlimited
+  absl::flat_hash_map<std::string, int> max_db_connections;  // by database name
+  int default_max_db_connections = 0;
+  int max_user_connections = 0;
+};
+
+class PoolRegistry {
+ public:
+  PoolRegistry(net::EventLoop& loop, std::shared_ptr<const config::Config> config,
+               auth::Userlist userlist, uint32_t peer_id, base::RandomSource& random);
+  ~PoolRegistry();
+
+  net::EventLoop& loop() { return loop_; }
+  const config::Config& config() const { return *config_; }
+  const auth::Userlist& userlist() const { return userlist_; }
+  const TrackedParamNames& tracked_params() const { return tracked_params_; }
+  base::RandomSource& random() { return random_; }
+  WorkerCounters& counters() { return counters_; }
+  const Limits& limits() const { return limits_; }
+  void set_limits(Limits limits) { limits_ = std::move(limits); }
+  uint32_t peer_id() const { return peer_id_; }
+
+  // Takes ownership of an accepted socket.
+  void AcceptClient(int fd, std::string peer_address);
+
+  // The pool for (database config, user), created on first use.
+  Pool* GetOrCreatePool(const config::DatabaseConfig& db, const std::string& user);
+  // Opens a server connection for `pool` (limits already checked). Null when connect fails at
+  // once.
+  ServerConn* OpenServer(Pool* pool);
+
+  // Cancel keys: mint a unique key for `client`, find the client for a key, forget it.
+  protocol::CancelKey MintCancelKey(ClientConn* client);
+  void ForgetCancelKey(const protocol::CancelKey& key);
+  // Handles a CancelRequest whose key this worker minted (DESIGN.md cancel step 1).
+  void HandleCancel(const protocol::CancelKey& key);
+
+  // Connection accounting for limits.
+  bool ClientSlotAvailable() const;
+  void OnClientClosed(ClientConn* client);
+  int DatabaseServerCount(const std::string& db) const;
+  int UserServerCount(const std::string& user) const;
+  int DatabaseLimit(const std::string& db) const;
+  void CountServer(const Pool* pool, int delta);
+  // Frees room for `pool` under max_db_connections by closing an idle server of another pool of
+  // the same database. True when one was closed.
+  bool EvictIdleServerFor(const Pool* pool);
+
+  // Runs auth_query for `client` on a dedicated connection as auth.user.
+  void RunAuthQuery(ClientConn* client, const config::DatabaseConfig& db);
+
+  // Applies a reloaded config (pool sizes, timeouts, userlist); returns an error and keeps the
+  // old one when it does not load.
+  absl::Status Reload(std::shared_ptr<const config::Config> config, auth::Userlist userlist);
+
+  // Stops accepting work: clients are told and closed, servers closed.
+  void CloseAll(std::string_view reason);
+
+  size_t client_count() const { return client_count_; }
+  const absl::flat_hash_map<std::pair<std::string, std::string>, std::unique_ptr<Pool>>& pools()
+      const {
+    return pools_;
+  }
+
+  // Live servers by id, so callbacks holding only an id (cancels) never touch a freed server.
+  ServerConn* FindServer(uint64_t id) const;
+  void ForgetCancelRequest(CancelRequestConn* request);
+
+  uint64_t NextConnectionId() { return ++last_connection_id_; }
+  void DeleteClient(ClientConn* client);
+  void DeleteServer(ServerConn* server);
+
+ private:
+  void Janitor();
+
+  net::EventLoop& loop_;
+  std::shared_ptr<const config::Config> config_;
+  auth::Userlist userlist_;
+  uint32_t peer_id_;
+  base::RandomSource& random_;
+  TrackedParamNames tracked_params_;
+  Limits limits_;
+  WorkerCounters counters_;
+
+  absl::flat_hash_map<std::pair<std::string, std::string>, std::unique_ptr<Pool>> pools_;
+  absl::flat_hash_map<protocol::CancelKey, ClientConn*> cancel_keys_;
+  absl::flat_hash_map<uint64_t, ServerConn*> servers_by_id_;
+  absl::flat_hash_map<CancelRequestConn*, std::unique_ptr<CancelRequestConn>> cancel_requests_;
+  absl::flat_hash_map<std::string, int> db_server_counts_;
+  absl::flat_hash_map<std::string, int> user_server_counts_;
+  base::IntrusiveList<ClientConn> login_clients_;  // not yet in a pool (startup/auth)
+  size_t client_count_ = 0;
+  uint64_t last_connection_id_ = 0;
+  net::EventLoop::TimerId janitor_timer_ = 0;
+};
+
+}  // namespace pgfleet::pool

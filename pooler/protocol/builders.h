@@ -1,0 +1,59 @@
+// Builders for every message pgfleet writes itself. Each appends one whole message to `sink`.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "pooler/protocol/byte_sink.h"
+
+namespace pgfleet::protocol {
+
+// --- backend messages (pgfleet -> client) ---
+void BuildAuthenticationOk(ByteSink& sink);
+void BuildAuthenticationCleartext(ByteSink& sink);
+void BuildAuthenticationMd5(ByteSink& sink, std::span<const uint8_t, 4> salt);
+void BuildAuthenticationSasl(ByteSink& sink, std::span<const std::string_view> mechanisms);
+void BuildAuthenticationSaslContinue(ByteSink& sink, std::string_view data);
+void BuildAuthenticationSaslFinal(ByteSink& sink, std::string_view data);
+void BuildParameterStatus(ByteSink& sink, std::string_view name, std::string_view value);
+void BuildBackendKeyData(ByteSink& sink, uint32_t pid, std::span<const uint8_t> secret);
+void BuildReadyForQuery(ByteSink& sink, char status);
+// severity is "ERROR", "FATAL" or "NOTICE"/"WARNING" (sent both as S and V fields).
+void BuildErrorResponse(ByteSink& sink, std::string_view severity, std::string_view sqlstate,
+                        std::string_view message, std::string_view detail = {},
+                        std::string_view hint = {});
+void BuildNoticeResponse(ByteSink& sink, std::string_view severity, std::string_view sqlstate,
+                         std::string_view message);
+void BuildNegotiateProtocolVersion(ByteSink& sink, uint32_t newest_minor,
+                                   std::span<const std::string> unrecognized);
+void BuildCommandComplete(ByteSink& sink, std::string_view tag);
+void BuildEmptyQueryResponse(ByteSink& sink);
+struct ColumnSpec {
+  std::string_view name;
+  uint32_t type_oid;  // 25 text, 20 int8, 23 int4, 701 float8, 16 bool, 1043 varchar
+};
+void BuildRowDescription(ByteSink& sink, std::span<const ColumnSpec> columns);
+// A DataRow of text values; std::nullopt-like absent values are written as NULL (-1).
+void BuildDataRow(ByteSink& sink, std::span<const std::string_view> values,
+                  std::span<const bool> is_null = {});
+void BuildParseComplete(ByteSink& sink);
+void BuildCloseComplete(ByteSink& sink);
+
+// --- frontend messages (pgfleet -> server) ---
+void BuildStartupMessage(ByteSink& sink,
+                         std::span<const std::pair<std::string_view, std::string_view>> params);
+void BuildPasswordMessage(ByteSink& sink, std::string_view password);
+void BuildSaslInitialResponse(ByteSink& sink, std::string_view mechanism, std::string_view data);
+void BuildSaslResponse(ByteSink& sink, std::string_view data);
+void BuildQuery(ByteSink& sink, std::string_view sql);
+void BuildTerminate(ByteSink& sink);
+void BuildSync(ByteSink& sink);
+void BuildCancelRequest(ByteSink& sink, uint32_t pid, std::span<const uint8_t> secret);
+void BuildParse(ByteSink& sink, std::string_view name, std::string_view query,
+                std::span<const uint32_t> param_types);
+void BuildClose(ByteSink& sink, char kind, std::string_view name);
+
+}  // namespace pgfleet::protocol

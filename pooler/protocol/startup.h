@@ -1,0 +1,34 @@
+// Parsing of the untyped packets a client may open with: StartupMessage, SSLRequest,
+// GSSENCRequest and CancelRequest.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pgfleet::protocol {
+
+enum class StartupKind { kStartup, kSslRequest, kGssEncRequest, kCancelRequest };
+
+struct StartupPacket {
+  StartupKind kind = StartupKind::kStartup;
+  uint32_t protocol_version = 0;  // kStartup only
+  // kStartup: every name/value pair in order ("user", "database", "options", GUCs, "_pq_.*").
+  std::vector<std::pair<std::string, std::string>> parameters;
+  // kCancelRequest: the key as sent (ProcessID and secret).
+  uint32_t cancel_pid = 0;
+  std::vector<uint8_t> cancel_secret;
+
+  // The value of `name`, or empty when absent.
+  std::string_view Get(std::string_view name) const;
+};
+
+// `packet` is one whole startup-class packet including its length word (see PeekStartupLength).
+// Errors (InvalidArgument) describe what is wrong for a FATAL 08P01 to the client.
+absl::StatusOr<StartupPacket> ParseStartupPacket(std::span<const uint8_t> packet);
+
+}  // namespace pgfleet::protocol

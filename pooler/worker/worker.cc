@@ -1,0 +1,154 @@
+// Worker wiring.
+#include "pooler/worker/worker.h"
+
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "pooler/base/log.h"
+#include "pooler/base/status_macros.h"
+#include "pooler/net/socket.h"
+
+namespace pgfleet::worker {
+
+class Worker::SignalHandler final : public net::IoHandler {
+ public:
+  explicit SignalHandler(Worker* worker) : worker_(worker) {}
+  ~SignalHandler() override {
+    if (fd_ >= 0) close(fd_);
+  }
+  absl::Status Start() {
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigprocmask(SIG_BLOCK, &mask, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+    fd_ = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd_ < 0) return absl::InternalError("signalfd failed");
+    return worker_->loop_.Add(fd_, this, EPOLLIN);
+  }
+  void OnIoEvent(uint32_t) override {
+    struct signalfd_siginfo info;
+    while (read(fd_, &info, sizeof(info)) == sizeof(info)) {
+      if (info.ssi_signo == SIGHUP) {
+        worker_->Reload();
+      } else if (worker_->shutting_down_) {
+        PGFLEET_LOG(kInfo, "shutdown_immediate", "signal=", info.ssi_signo);
+        worker_->registry_->CloseAll("server shutting down");
+        worker_->loop_.Stop();
+      } else {
+        worker_->BeginShutdown();
+      }
+    }
+  }
+
+ private:
+  Worker* worker_;
+  int fd_ = -1;
+};
+
+absl::StatusOr<auth::Userlist> LoadUserlistFor(const config::Config& config) {
+  if (config.auth.file.empty()) return auth::Userlist();
+  return auth::LoadUserlistFile(config.auth.file);
+}
+
+Worker::Worker(WorkerOptions options) : options_(std::move(options)) {}
+
+Worker::~Worker() = default;
+
+absl::Status Worker::Init() {
+  RETURN_IF_ERROR(loop_.Init());
+  ASSIGN_OR_RETURN(config::Config config, config::LoadConfigFile(options_.config_path));
+  ASSIGN_OR_RETURN(auth::Userlist userlist, LoadUserlistFor(config));
+  config_ = std::make_shared<const config::Config>(std::move(config));
+  if (config_->log.level == "debug") base::SetLogLevel(base::LogLevel::kDebug);
+  if (config_->log.level == "warning") base::SetLogLevel(base::LogLevel::kWarning);
+  if (config_->log.level == "error") base::SetLogLevel(base::LogLevel::kError);
+  registry_ = std::make_unique<pool::PoolRegistry>(loop_, config_, std::move(userlist),
+                                                   options_.peer_id, base::SystemRandom());
+
+  auto on_accept = [this](int fd, std::string peer) {
+    if (shutting_down_) {
+      close(fd);
+      return;
+    }
+    registry_->AcceptClient(fd, std::move(peer));
+  };
+  std::vector<int> fds = options_.inherited_listen_fds;
+  if (fds.empty()) {
+    const auto& listen = config_->listen;
+    ASSIGN_OR_RETURN(int tcp_fd, net::ListenTcp(listen.address, listen.port, listen.backlog));
+    fds.push_back(tcp_fd);
+    const int port = net::BoundPort(tcp_fd);
+    PGFLEET_LOG(kInfo, "listening", "address=", listen.address, " port=", port);
+    if (!listen.unix_socket_dir.empty()) {
+      ASSIGN_OR_RETURN(int unix_fd, net::ListenUnix(listen.unix_socket_dir, port, listen.backlog));
+      fds.push_back(unix_fd);
+      PGFLEET_LOG(kInfo, "listening", "unix_socket_dir=", listen.unix_socket_dir, " port=", port);
+    }
+  }
+  for (int fd : fds) {
+    auto listener = std::make_unique<net::Listener>(loop_, fd, on_accept);
+    RETURN_IF_ERROR(listener->Start());
+    listeners_.push_back(std::move(listener));
+  }
+  signals_ = std::make_unique<SignalHandler>(this);
+  RETURN_IF_ERROR(signals_->Start());
+  return absl::OkStatus();
+}
+
+absl::Status Worker::Run() {
+  PGFLEET_LOG(kInfo, "worker_started", "peer_id=", options_.peer_id, " pid=", getpid());
+  return loop_.Run();
+}
+
+void Worker::Reload() {
+  auto config = config::LoadConfigFile(options_.config_path);
+  if (!config.ok()) {
+    PGFLEET_LOG(kError, "reload_failed",
+                "error=", base::LogQuote(base::Sv(config.status().message())));
+    return;
+  }
+  auto userlist = LoadUserlistFor(*config);
+  if (!userlist.ok()) {
+    PGFLEET_LOG(kError, "reload_failed",
+                "error=", base::LogQuote(base::Sv(userlist.status().message())));
+    return;
+  }
+  config_ = std::make_shared<const config::Config>(*std::move(config));
+  auto status = registry_->Reload(config_, *std::move(userlist));
+  if (!status.ok()) {
+    PGFLEET_LOG(kError, "reload_failed", "error=", base::LogQuote(base::Sv(status.message())));
+    return;
+  }
+  PGFLEET_LOG(kInfo, "reloaded", "config=", options_.config_path);
+}
+
+void Worker::BeginShutdown() {
+  PGFLEET_LOG(kInfo, "shutdown_started",
+              "timeout_s=", absl::ToInt64Seconds(options_.shutdown_timeout));
+  shutting_down_ = true;
+  shutdown_deadline_ = loop_.now() + options_.shutdown_timeout;
+  // Stop accepting but keep the sockets open when a supervisor owns them.
+  const bool own_sockets = options_.inherited_listen_fds.empty();
+  for (auto& listener : listeners_) listener->Stop(own_sockets);
+  CheckShutdown();
+  loop_.RunEvery(absl::Milliseconds(50), [this] { CheckShutdown(); });
+}
+
+void Worker::CheckShutdown() {
+  bool done = true;
+  for (const auto& [key, pool] : registry_->pools()) {
+    if (!pool->CloseIdleClients("server shutting down")) done = false;
+  }
+  if (registry_->client_count() > 0) done = false;
+  if (done || loop_.now() > shutdown_deadline_) {
+    registry_->CloseAll("server shutting down");
+    PGFLEET_LOG(kInfo, "shutdown_complete", "forced=", done ? "false" : "true");
+    loop_.Stop();
+  }
+}
+
+}  // namespace pgfleet::worker
