@@ -194,7 +194,7 @@ void ServerConn::HandleAuthRequest(std::span<const uint8_t> body) {
       return;
     case protocol::AuthRequest::kCleartext:
       if (kind != auth::SecretKind::kPlain) {
-        Close("server asked for a cleartext password and none is configured");
+        FailLogin("server asked for a cleartext password and none is configured");
         return;
       }
       protocol::BuildPasswordMessage(sink, creds.secret);
@@ -206,7 +206,7 @@ void ServerConn::HandleAuthRequest(std::span<const uint8_t> body) {
       } else if (kind == auth::SecretKind::kMd5) {
         hash = creds.secret;
       } else {
-        Close("server asked for md5 and no plain or md5 password is known for the user");
+        FailLogin("server asked for md5 and no plain or md5 password is known for the user");
         return;
       }
       std::span<const uint8_t, 4> salt(auth->data.data(), 4);
@@ -215,7 +215,7 @@ void ServerConn::HandleAuthRequest(std::span<const uint8_t> body) {
     }
     case protocol::AuthRequest::kSasl: {
       if (!protocol::SaslOffers(auth->data, auth::kScramSha256)) {
-        Close("server offers no supported SASL mechanism");
+        FailLogin("server offers no supported SASL mechanism");
         return;
       }
       if (kind == auth::SecretKind::kPlain) {
@@ -224,13 +224,13 @@ void ServerConn::HandleAuthRequest(std::span<const uint8_t> body) {
       } else if (kind == auth::SecretKind::kScramSha256 && creds.scram_client_key.has_value()) {
         auto secret = auth::ParseScramSecret(creds.secret);
         if (!secret.ok()) {
-          Close("stored SCRAM secret is malformed");
+          FailLogin("stored SCRAM secret is malformed");
           return;
         }
         scram_.emplace(auth::ScramClientExchange::WithClientKey(*creds.scram_client_key, *secret,
                                                                 pool_->registry()->random()));
       } else {
-        Close("server asked for SCRAM and no usable password is known for the user");
+        FailLogin("server asked for SCRAM and no usable password is known for the user");
         return;
       }
       protocol::BuildSaslInitialResponse(sink, auth::kScramSha256, scram_->ClientFirst());
@@ -244,7 +244,7 @@ void ServerConn::HandleAuthRequest(std::span<const uint8_t> body) {
       auto final_msg = scram_->HandleServerFirst(
           std::string_view(reinterpret_cast<const char*>(auth->data.data()), auth->data.size()));
       if (!final_msg.ok()) {
-        Close(base::StrCat("SCRAM: ", final_msg.status().message()));
+        FailLogin(base::StrCat("SCRAM: ", final_msg.status().message()));
         return;
       }
       protocol::BuildSaslResponse(sink, *final_msg);
@@ -256,20 +256,34 @@ void ServerConn::HandleAuthRequest(std::span<const uint8_t> body) {
                ->VerifyServerFinal(std::string_view(
                    reinterpret_cast<const char*>(auth->data.data()), auth->data.size()))
                .ok()) {
-        Close("server's SCRAM signature did not verify");
+        FailLogin("server's SCRAM signature did not verify");
         return;
       }
       scram_.reset();
       return;
     }
     default:
-      Close(base::StrCat("unsupported server authentication method ", auth->code));
+      FailLogin(base::StrCat("unsupported server authentication method ", auth->code));
       return;
   }
   const auto& bytes = sink.bytes();
   if (!Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
     Close("write failed during login");
   }
+}
+
+void ServerConn::FailLogin(std::string_view message) {
+  PGFLEET_LOG(kWarning, "server_login_failed", "server=", id_,
+              " db=", base::LogQuote(pool_->db().name), " user=", base::LogQuote(pool_->user()),
+              " message=", base::LogQuote(message));
+  ++pool_->registry()->counters().server_login_failures;
+  protocol::StringSink sink;
+  protocol::BuildErrorResponse(sink, "FATAL", protocol::sqlstate::kInvalidAuthorization,
+                               base::StrCat("pgfleet cannot log in to the server: ", message));
+  const auto& bytes = sink.bytes();
+  pool_->OnServerLoginFailed(this, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
+                             /*fatal_for_clients=*/true);
+  Close("login failed");
 }
 
 void ServerConn::HandleLoginError(std::span<const uint8_t> body) {
@@ -528,10 +542,9 @@ void ServerConn::AfterRelayChunk() {
   if (pool_->mode() == config::PoolMode::kSession) return;
   if (expected_rfq_ == 0 && hidden_rfq_ == 0 && tx_status_ != 'I' &&
       pool_->mode() == config::PoolMode::kStatement) {
-    ClientConn* client = client_;
-    Close("transaction blocks not allowed in statement pooling mode");
-    client->Fatal(protocol::sqlstate::kFeatureNotSupported,
-                  "transaction blocks not allowed in statement pooling mode");
+    // Closing the client closes this server too: it is inside a transaction.
+    client_->Fatal(protocol::sqlstate::kFeatureNotSupported,
+                   "transaction blocks not allowed in statement pooling mode");
     return;
   }
   if (IsReleasable()) pool_->ReleaseServer(this);

@@ -99,6 +99,8 @@ class ServerConn final : public net::Connection, public base::ListNode {
   void HandleLoginMessage(uint8_t type, std::span<const uint8_t> body);
   void HandleAuthRequest(std::span<const uint8_t> body);
   void HandleLoginError(std::span<const uint8_t> body);
+  // Login cannot succeed (no usable credentials): waiting clients get `message` as a FATAL.
+  void FailLogin(std::string_view message);
   void SendStartup();
   void ProcessRelay();
   // Returns false when the message must not reach the client.

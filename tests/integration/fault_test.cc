@@ -1,0 +1,88 @@
+// Server failures: a backend killed mid-transaction, PostgreSQL restarted under load.
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "tests/integration/harness/fixtures.h"
+
+namespace pgfleet::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class FaultTest : public IntegrationTest {};
+
+TEST_F(FaultTest, ServerKilledMidTransactionGivesClientAnErrorNotAHang) {
+  PgfleetProcess fleet(PoolConfig("transaction", 2));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(c));
+  ASSERT_TRUE(ResultOk(Exec(c, "BEGIN")));
+  std::string backend = Value(c, "SELECT pg_backend_pid()");
+  pg().Exec(absl::StrCat("SELECT pg_terminate_backend(", backend, ")"));
+  const auto start = Clock::now();
+  ResultPtr r = Exec(c, "SELECT 1");
+  EXPECT_FALSE(ResultOk(r));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  // New clients are served by a fresh server.
+  auto d = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(d)) << ErrorOf(d);
+  EXPECT_EQ(Value(d, "SELECT 'fresh'"), "fresh");
+  EXPECT_NE(Value(d, "SELECT pg_backend_pid()::text"), backend);
+}
+
+TEST_F(FaultTest, PostgresRestartUnderLoadRecoversWithinTwoSeconds) {
+  PgfleetProcess fleet(PoolConfig("transaction", 4));
+  std::atomic<bool> stop{false};
+  std::atomic<int> successes{0};
+  std::vector<std::thread> load;
+  for (int i = 0; i < 8; ++i) {
+    load.emplace_back([&] {
+      // Reconnect on failure, as an application would; bounded by `stop`.
+      ConnPtr c;
+      for (int n = 0; n < 100000 && !stop; ++n) {
+        if (!Ok(c)) c = Connect(fleet.ConnString());
+        if (Ok(c) && ResultOk(Exec(c, "SELECT 1"))) ++successes;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  pg().Restart();
+  const auto back = Clock::now();
+  // A brand-new client must succeed within 2 s of PostgreSQL being back.
+  bool served = false;
+  while (Clock::now() - back < std::chrono::seconds(2)) {
+    auto c = Connect(fleet.ConnString());
+    if (Ok(c) && Value(c, "SELECT 'back'") == "back") {
+      served = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const int before = successes.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  stop = true;
+  for (auto& t : load) t.join();
+  EXPECT_TRUE(served) << fleet.Log();
+  EXPECT_GT(successes.load(), before) << "load did not resume after the restart";
+  EXPECT_TRUE(fleet.Running());
+}
+
+TEST_F(FaultTest, ClientDisconnectMidTransactionDoesNotLeakTheTransaction) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1));
+  {
+    auto c = Connect(fleet.ConnString());
+    ASSERT_TRUE(ResultOk(Exec(c, "BEGIN")));
+    ASSERT_TRUE(ResultOk(Exec(c, "CREATE TEMP TABLE leak_probe (x int)")));
+  }
+  auto d = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(d));
+  // The aborted transaction's server was closed, not handed on inside a transaction.
+  EXPECT_EQ(Value(d, "SELECT count(*)::text FROM pg_class WHERE relname = 'leak_probe'"), "0");
+  EXPECT_EQ(Value(d, "SELECT now() = statement_timestamp()"), "t");
+}
+
+}  // namespace
+}  // namespace pgfleet::testing

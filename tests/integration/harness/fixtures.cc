@@ -1,0 +1,31 @@
+// Test roles and helpers.
+#include "tests/integration/harness/fixtures.h"
+
+namespace pgfleet::testing {
+
+void EnsureTestRoles() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  auto& pg = PgServer::Shared();
+  pg.Exec("SET password_encryption = 'md5'; CREATE ROLE md5user LOGIN PASSWORD 'md5pass';"
+          " CREATE ROLE aqmd5 LOGIN PASSWORD 'aqmd5pass'");
+  pg.Exec("SET password_encryption = 'scram-sha-256';"
+          " CREATE ROLE scramuser LOGIN PASSWORD 'scrampass';"
+          " CREATE ROLE authuser LOGIN PASSWORD 'authpass';"
+          " CREATE ROLE aqscram LOGIN PASSWORD 'aqscrampass';"
+          " GRANT pg_read_all_data TO authuser;"
+          " GRANT SELECT ON pg_authid TO authuser");
+  pg.Exec("CREATE ROLE otheruser LOGIN SUPERUSER");
+  pg.Exec("CREATE TABLE IF NOT EXISTS items (id bigint, payload text)");
+  pg.Exec("GRANT ALL ON items TO PUBLIC");
+}
+
+int ServerConnectionsFor(const std::string& user, const std::string& since) {
+  return std::stoi(PgServer::Shared().QueryValue(absl::StrCat(
+      "SELECT count(*) FROM pg_stat_activity WHERE usename = '", user,
+      "' AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND backend_start >= '",
+      since, "'")));
+}
+
+}  // namespace pgfleet::testing

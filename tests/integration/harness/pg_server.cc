@@ -1,0 +1,171 @@
+// Test PostgreSQL server management.
+#include "tests/integration/harness/pg_server.h"
+
+#include <arpa/inet.h>
+#include <libpq-fe.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace pgfleet::testing {
+namespace {
+
+std::string FindBindir() {
+  if (const char* env = std::getenv("PG_BINDIR")) return env;
+  for (int version : {17, 16, 15}) {
+    std::string dir = absl::StrCat("/usr/lib/postgresql/", version, "/bin");
+    if (access((dir + "/postgres").c_str(), X_OK) == 0) return dir;
+  }
+  std::fprintf(stderr, "no PostgreSQL server binaries found (set PG_BINDIR)\n");
+  std::abort();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+void Die(const std::string& what) {
+  std::fprintf(stderr, "test harness: %s\n", what.c_str());
+  std::abort();
+}
+
+}  // namespace
+
+int RunCommand(const std::string& command) {
+  int rc = std::system(command.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::string RunCommandOutput(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  pclose(pipe);
+  return out;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+PgServer& PgServer::Shared() {
+  static PgServer* server = new PgServer();
+  return *server;
+}
+
+PgServer::PgServer() : bindir_(FindBindir()) {
+  char tmpl[] = "/tmp/pgfleet-pg-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) Die("mkdtemp failed");
+  dir_ = tmpl;
+  if (geteuid() == 0) RunCommand(absl::StrCat("chown postgres: ", dir_));
+  port_ = FreePort();
+  RunAsOwner(absl::StrCat(bindir_, "/initdb -D ", dir_, "/data -U postgres --auth=trust",
+                          " --no-sync >", dir_, "/initdb.log 2>&1"));
+  WriteFile(absl::StrCat(dir_, "/data/postgresql.conf"),
+            absl::StrCat(ReadFile(absl::StrCat(dir_, "/data/postgresql.conf")),
+                         "\nlisten_addresses = '127.0.0.1'\nport = ", port_,
+                         "\nunix_socket_directories = '", dir_,
+                         "'\nmax_connections = 300\nfsync = off\nsynchronous_commit = off\n",
+                         "full_page_writes = off\n"));
+  // Local connections trust, except the test users who must present passwords over TCP.
+  WriteFile(absl::StrCat(dir_, "/data/pg_hba.conf"),
+            "host all md5user 127.0.0.1/32 md5\n"
+            "host all scramuser 127.0.0.1/32 scram-sha-256\n"
+            "host all authuser 127.0.0.1/32 scram-sha-256\n"
+            "host all aqmd5 127.0.0.1/32 md5\n"
+            "host all aqscram 127.0.0.1/32 scram-sha-256\n"
+            "local all all trust\n"
+            "host all all 127.0.0.1/32 trust\n");
+  Start();
+  std::atexit([] { PgServer::Shared().Stop(); });
+}
+
+PgServer::~PgServer() { Stop(); }
+
+void PgServer::RunAsOwner(const std::string& command) const {
+  std::string wrapped = geteuid() == 0 ? absl::StrCat("runuser -u postgres -- sh -c \"",
+                                                      absl::StrReplaceAll(command, {{"\"", "\\\""}}),
+                                                      "\"")
+                                       : command;
+  if (RunCommand(wrapped) != 0) Die(absl::StrCat("command failed: ", command));
+}
+
+void PgServer::Start() {
+  RunAsOwner(absl::StrCat(bindir_, "/pg_ctl -D ", dir_, "/data -l ", dir_,
+                          "/postgres.log -w -t 60 start >/dev/null"));
+  running_ = true;
+}
+
+void PgServer::Stop() {
+  if (!running_) return;
+  RunAsOwner(absl::StrCat(bindir_, "/pg_ctl -D ", dir_, "/data -m fast -w -t 60 stop >/dev/null"));
+  running_ = false;
+}
+
+void PgServer::Restart() {
+  Stop();
+  Start();
+}
+
+std::string PgServer::ConnString(const std::string& dbname) const {
+  return absl::StrCat("host=127.0.0.1 port=", port_, " user=postgres dbname=", dbname,
+                      " connect_timeout=10");
+}
+
+void PgServer::Exec(const std::string& sql, const std::string& dbname) const {
+  PGconn* conn = PQconnectdb(ConnString(dbname).c_str());
+  if (PQstatus(conn) != CONNECTION_OK) Die(absl::StrCat("connect: ", PQerrorMessage(conn)));
+  PGresult* res = PQexec(conn, sql.c_str());
+  auto status = PQresultStatus(res);
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+    Die(absl::StrCat("exec '", sql, "': ", PQerrorMessage(conn)));
+  }
+  PQclear(res);
+  PQfinish(conn);
+}
+
+std::string PgServer::QueryValue(const std::string& sql, const std::string& dbname) const {
+  PGconn* conn = PQconnectdb(ConnString(dbname).c_str());
+  if (PQstatus(conn) != CONNECTION_OK) Die(absl::StrCat("connect: ", PQerrorMessage(conn)));
+  PGresult* res = PQexec(conn, sql.c_str());
+  std::string value;
+  if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) > 0) {
+    value = PQgetvalue(res, 0, 0);
+  } else {
+    Die(absl::StrCat("query '", sql, "': ", PQerrorMessage(conn)));
+  }
+  PQclear(res);
+  PQfinish(conn);
+  return value;
+}
+
+}  // namespace pgfleet::testing

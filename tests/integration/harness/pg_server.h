@@ -1,0 +1,49 @@
+// A real PostgreSQL server for integration tests: initdb in a temporary directory, loopback only,
+// a free port, run as the unprivileged `postgres` account when the tests run as root.
+#pragma once
+
+#include <string>
+
+namespace pgfleet::testing {
+
+class PgServer {
+ public:
+  // The one server shared by every test in this process (started on first use).
+  static PgServer& Shared();
+
+  ~PgServer();
+
+  int port() const { return port_; }
+  const std::string& socket_dir() const { return dir_; }
+  // A libpq connection string straight to PostgreSQL as the superuser.
+  std::string ConnString(const std::string& dbname = "postgres") const;
+
+  // Runs SQL as the superuser; aborts the test binary on failure.
+  void Exec(const std::string& sql, const std::string& dbname = "postgres") const;
+  // The first column of the first row, as text.
+  std::string QueryValue(const std::string& sql, const std::string& dbname = "postgres") const;
+
+  void Start();
+  // Fast shutdown (clients are disconnected).
+  void Stop();
+  void Restart();
+  bool running() const { return running_; }
+
+ private:
+  PgServer();
+  void RunAsOwner(const std::string& command) const;
+
+  std::string dir_;
+  std::string bindir_;
+  int port_ = 0;
+  bool running_ = false;
+};
+
+// Picks a TCP port on 127.0.0.1 that is free right now.
+int FreePort();
+// Runs a shell command, returns its exit status.
+int RunCommand(const std::string& command);
+// Runs a shell command and returns its stdout.
+std::string RunCommandOutput(const std::string& command);
+
+}  // namespace pgfleet::testing

@@ -1,0 +1,111 @@
+// pgfleet process control for tests.
+#include "tests/integration/harness/pgfleet_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "tests/integration/harness/pg_server.h"
+
+namespace pgfleet::testing {
+
+std::string PgfleetBinary() {
+  if (const char* env = std::getenv("PGFLEET_BIN")) return env;
+  return PGFLEET_BINARY_PATH;
+}
+
+PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string& userlist) {
+  char tmpl[] = "/tmp/pgfleet-it-XXXXXX";
+  dir_ = mkdtemp(tmpl);
+  port_ = FreePort();
+  if (!userlist.empty()) std::ofstream(dir_ + "/userlist.txt") << userlist;
+  config_path_ = dir_ + "/pgfleet.yaml";
+  std::ofstream(config_path_) << WriteConfig(config_body);
+  std::string log_path = dir_ + "/pgfleet.log";
+  pid_ = fork();
+  if (pid_ == 0) {
+    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::string bin = PgfleetBinary();
+    execl(bin.c_str(), bin.c_str(), "--config", config_path_.c_str(), nullptr);
+    _exit(127);
+  }
+  // Ready when the TCP port accepts (bounded wait).
+  for (int i = 0; i < 200; ++i) {
+    if (RunCommand(absl::StrCat("bash -c 'exec 3<>/dev/tcp/127.0.0.1/", port_,
+                                "' 2>/dev/null")) == 0) {
+      return;
+    }
+    if (!Running()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  std::fprintf(stderr, "pgfleet did not start; log:\n%s\n", Log().c_str());
+}
+
+PgfleetProcess::~PgfleetProcess() {
+  Stop(5);
+  RunCommand(absl::StrCat("rm -rf ", dir_));
+}
+
+std::string PgfleetProcess::WriteConfig(const std::string& config_body) const {
+  return absl::StrCat("listen: {address: 127.0.0.1, port: ", port_, "}\n", config_body);
+}
+
+void PgfleetProcess::RewriteConfig(const std::string& config_body) const {
+  std::ofstream(config_path_) << WriteConfig(config_body);
+}
+
+std::string PgfleetProcess::ConnString(const std::string& user, const std::string& dbname,
+                                       const std::string& extra) const {
+  return absl::StrCat("host=127.0.0.1 port=", port_, " user=", user, " dbname=", dbname,
+                      " connect_timeout=10 ", extra);
+}
+
+void PgfleetProcess::Signal(int signo) const {
+  if (pid_ > 0) kill(pid_, signo);
+}
+
+bool PgfleetProcess::Running() {
+  if (pid_ <= 0) return false;
+  int status;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    pid_ = -1;  // reaped: never signal this pid again
+    return false;
+  }
+  return true;
+}
+
+int PgfleetProcess::Stop(int timeout_s) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < timeout_s * 20; ++i) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return -1;
+}
+
+std::string PgfleetProcess::Log() const {
+  std::ifstream in(dir_ + "/pgfleet.log");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace pgfleet::testing

@@ -1,0 +1,47 @@
+// A pgfleet process for one test: writes its config (and userlist), starts the binary, waits until
+// it accepts connections, and stops it by PID at the end.
+#pragma once
+
+#include <string>
+#include <sys/types.h>
+
+namespace pgfleet::testing {
+
+class PgfleetProcess {
+ public:
+  // `config_body` is YAML without the `listen:` section (added with a free port).
+  // `userlist` is the auth file's content (empty = none written).
+  PgfleetProcess(const std::string& config_body, const std::string& userlist = "");
+  ~PgfleetProcess();
+
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  const std::string& dir() const { return dir_; }
+  const std::string& config_path() const { return config_path_; }
+
+  // libpq connection string through pgfleet.
+  std::string ConnString(const std::string& user = "postgres",
+                         const std::string& dbname = "postgres",
+                         const std::string& extra = "") const;
+
+  void Signal(int signo) const;
+  // Rewrites the config file (for reload tests).
+  void RewriteConfig(const std::string& config_body) const;
+  // SIGTERM, wait up to `timeout_s`, then SIGKILL. Returns the exit status (or -1 if killed).
+  int Stop(int timeout_s = 10);
+  bool Running();
+  std::string Log() const;
+
+ private:
+  std::string WriteConfig(const std::string& config_body) const;
+
+  std::string dir_;
+  std::string config_path_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+// Path of the pgfleet binary under test.
+std::string PgfleetBinary();
+
+}  // namespace pgfleet::testing

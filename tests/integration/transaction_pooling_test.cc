@@ -1,0 +1,180 @@
+// Pool modes, queueing, limits and parameter tracking through a real PostgreSQL.
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "tests/integration/harness/fixtures.h"
+
+namespace pgfleet::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class PoolingTest : public IntegrationTest {};
+
+TEST_F(PoolingTest, TransactionModeSharesOneServerBetweenClients) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1));
+  auto a = Connect(fleet.ConnString());
+  auto b = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(a)) << ErrorOf(a);
+  ASSERT_TRUE(Ok(b)) << ErrorOf(b);
+  std::string pid_a = Value(a, "SELECT pg_backend_pid()");
+  std::string pid_b = Value(b, "SELECT pg_backend_pid()");
+  EXPECT_EQ(pid_a, pid_b) << "pool_size 1 must serve both clients from one server";
+  EXPECT_EQ(ServerConnections(), 1);
+}
+
+TEST_F(PoolingTest, TransactionModeKeepsServerForWholeTransaction) {
+  PgfleetProcess fleet(PoolConfig("transaction", 2));
+  auto a = Connect(fleet.ConnString());
+  auto b = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(a) && Ok(b));
+  ASSERT_TRUE(ResultOk(Exec(a, "BEGIN")));
+  std::string first = Value(a, "SELECT pg_backend_pid()");
+  // b runs meanwhile and must get the other server.
+  std::string other = Value(b, "SELECT pg_backend_pid()");
+  EXPECT_NE(first, other);
+  EXPECT_EQ(Value(a, "SELECT pg_backend_pid()"), first);
+  ASSERT_TRUE(ResultOk(Exec(a, "COMMIT")));
+}
+
+TEST_F(PoolingTest, SessionModeKeepsSessionStateAndResetsOnRelease) {
+  PgfleetProcess fleet(PoolConfig("session", 1));
+  {
+    auto a = Connect(fleet.ConnString());
+    ASSERT_TRUE(Ok(a)) << ErrorOf(a);
+    ASSERT_TRUE(ResultOk(Exec(a, "SET work_mem = '7MB'")));
+    EXPECT_EQ(Value(a, "SHOW work_mem"), "7MB");
+    ASSERT_TRUE(ResultOk(Exec(a, "PREPARE p AS SELECT 1")));
+  }
+  // The next client gets the same server, cleaned by DISCARD ALL.
+  auto b = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(b)) << ErrorOf(b);
+  EXPECT_EQ(Value(b, "SHOW work_mem"), "4MB");
+  EXPECT_EQ(Value(b, "SELECT count(*) FROM pg_prepared_statements"), "0");
+}
+
+TEST_F(PoolingTest, StatementModeRefusesMultiStatementTransactions) {
+  PgfleetProcess fleet(PoolConfig("statement", 2));
+  auto a = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(a));
+  EXPECT_EQ(Value(a, "SELECT 41 + 1"), "42");
+  ResultPtr r = Exec(a, "BEGIN");
+  // The refusal arrives as a FATAL error and the connection is closed.
+  ResultPtr next = Exec(a, "SELECT 1");
+  EXPECT_FALSE(ResultOk(next));
+  EXPECT_THAT(ErrorOf(a), HasSubstr("transaction blocks not allowed in statement pooling mode"));
+  auto b = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(b));
+  EXPECT_EQ(Value(b, "SELECT 'still serving'"), "still serving");
+}
+
+TEST_F(PoolingTest, ClientsQueueInArrivalOrderWhenPoolIsFull) {
+  PgfleetProcess fleet(PoolConfig("transaction", 2));
+  constexpr int kClients = 12;
+  std::atomic<int> ok{0};
+  std::atomic<int> max_seen{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&] {
+      auto c = Connect(fleet.ConnString());
+      if (!Ok(c)) return;
+      if (ResultOk(Exec(c, "SELECT pg_sleep(0.2)"))) ++ok;
+    });
+  }
+  std::thread sampler([&] {
+    for (int i = 0; i < 20; ++i) {
+      max_seen = std::max(max_seen.load(), ServerConnections());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  for (auto& t : threads) t.join();
+  sampler.join();
+  EXPECT_EQ(ok.load(), kClients);
+  EXPECT_LE(max_seen.load(), 2);
+  EXPECT_GE(max_seen.load(), 1);
+}
+
+TEST_F(PoolingTest, MaxClientConnRejectsOneTooMany) {
+  PgfleetProcess fleet(PoolConfig("transaction", 2, "  max_client_conn: 3\n"));
+  std::vector<ConnPtr> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(Connect(fleet.ConnString()));
+    ASSERT_TRUE(Ok(held.back())) << ErrorOf(held.back());
+  }
+  auto extra = Connect(fleet.ConnString());
+  EXPECT_FALSE(Ok(extra));
+  EXPECT_THAT(ErrorOf(extra), HasSubstr("no more connections allowed (max_client_conn)"));
+  held.pop_back();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto again = Connect(fleet.ConnString());
+  EXPECT_TRUE(Ok(again)) << ErrorOf(again);
+}
+
+TEST_F(PoolingTest, UnknownDatabaseGetsInvalidCatalogName) {
+  PgfleetProcess fleet(PoolConfig("transaction", 2));
+  auto c = Connect(fleet.ConnString("postgres", "nosuchdb"));
+  EXPECT_FALSE(Ok(c));
+  EXPECT_THAT(ErrorOf(c), HasSubstr("no such database: nosuchdb"));
+}
+
+TEST_F(PoolingTest, MaxDbConnectionsCapsServersAcrossUsers) {
+  PgfleetProcess fleet(absl::StrCat("databases:\n  postgres: {host: 127.0.0.1, port: ",
+                                    pg().port(), ", max_db_connections: 2}\n",
+                                    "pool: {pool_mode: transaction, default_pool_size: 5}\n"));
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = Connect(fleet.ConnString(i % 2 ? "postgres" : "otheruser"));
+      if (Ok(c) && ResultOk(Exec(c, "SELECT pg_sleep(0.3)"))) ++ok;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  int total = std::stoi(pg().QueryValue(
+      "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(0.3)%'"
+      " AND pid <> pg_backend_pid()"));
+  for (auto& t : threads) t.join();
+  EXPECT_LE(total, 2);
+  EXPECT_EQ(ok.load(), 8);
+}
+
+TEST_F(PoolingTest, ParametersAreReappliedWhenServerChanges) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1));
+  auto tokyo = Connect(fleet.ConnString("postgres", "postgres", "application_name=tokyo_app"));
+  auto plain = Connect(fleet.ConnString("postgres", "postgres", "application_name=plain_app"));
+  ASSERT_TRUE(Ok(tokyo) && Ok(plain));
+  ASSERT_TRUE(ResultOk(Exec(tokyo, "SET TimeZone = 'Asia/Tokyo'")));
+  // Both share the single server; each must see its own values.
+  EXPECT_EQ(Value(plain, "SHOW TimeZone"), Value(Connect(pg().ConnString()), "SHOW TimeZone"));
+  EXPECT_EQ(Value(plain, "SELECT current_setting('application_name')"), "plain_app");
+  EXPECT_EQ(Value(tokyo, "SHOW TimeZone"), "Asia/Tokyo");
+  EXPECT_EQ(Value(tokyo, "SELECT current_setting('application_name')"), "tokyo_app");
+  EXPECT_EQ(Value(plain, "SHOW TimeZone"), Value(Connect(pg().ConnString()), "SHOW TimeZone"));
+  EXPECT_EQ(std::string(PQparameterStatus(tokyo.get(), "TimeZone")), "Asia/Tokyo");
+}
+
+TEST_F(PoolingTest, ReloadAppliesNewPoolSize) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1));
+  fleet.RewriteConfig(PoolConfig("transaction", 3));
+  fleet.Signal(SIGHUP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::vector<std::thread> threads;
+  std::atomic<int> max_seen{0};
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&] {
+      auto c = Connect(fleet.ConnString());
+      (void)Exec(c, "SELECT pg_sleep(0.5)");
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  max_seen = ServerConnections();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(max_seen.load(), 3);
+  EXPECT_THAT(fleet.Log(), HasSubstr("event=reloaded"));
+}
+
+}  // namespace
+}  // namespace pgfleet::testing
