@@ -19,20 +19,35 @@ CancelRequestConn::CancelRequestConn(net::EventLoop& loop, int fd, PoolRegistry*
       link_generation_(link_generation),
       started_at_(loop.now()) {}
 
+CancelRequestConn::CancelRequestConn(net::EventLoop& loop, int fd, PoolRegistry* registry,
+                                     uint32_t backend_pid, std::vector<uint8_t> backend_secret)
+    : net::Connection(loop, fd),
+      registry_(registry),
+      server_id_(0),
+      link_generation_(0),
+      unconditional_(true),
+      backend_pid_(backend_pid),
+      backend_secret_(std::move(backend_secret)),
+      started_at_(loop.now()) {}
+
 void CancelRequestConn::OnIoEvent(uint32_t events) {
   if (closed()) return;
   if (!sent_) {
     if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0) return;
     if (net::PendingSocketError(fd_) != 0) return Finish("connect failed");
     connecting_ = false;
-    ServerConn* server = registry_->FindServer(server_id_);
-    if (server == nullptr || server->link_generation() != link_generation_ ||
-        !server->query_in_progress()) {
-      ++registry_->counters().cancels_dropped;
-      return Finish("query already finished");
-    }
     protocol::StringSink sink;
-    protocol::BuildCancelRequest(sink, server->backend_pid(), server->backend_secret());
+    if (unconditional_) {
+      protocol::BuildCancelRequest(sink, backend_pid_, backend_secret_);
+    } else {
+      ServerConn* server = registry_->FindServer(server_id_);
+      if (server == nullptr || server->link_generation() != link_generation_ ||
+          !server->query_in_progress()) {
+        ++registry_->counters().cancels_dropped;
+        return Finish("query already finished");
+      }
+      protocol::BuildCancelRequest(sink, server->backend_pid(), server->backend_secret());
+    }
     sent_ = true;
     const auto& bytes = sink.bytes();
     if (!Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
@@ -57,7 +72,9 @@ void CancelRequestConn::OnIoEvent(uint32_t events) {
 void CancelRequestConn::Finish(std::string_view outcome) {
   PGFLEET_LOG(kDebug, "cancel_finished", "server=", server_id_, " outcome=", outcome);
   CloseSocket();
-  if (ServerConn* server = registry_->FindServer(server_id_)) server->CancelFinished();
+  if (server_id_ != 0) {
+    if (ServerConn* server = registry_->FindServer(server_id_)) server->CancelFinished();
+  }
   registry_->ForgetCancelRequest(this);
 }
 

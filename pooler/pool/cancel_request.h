@@ -16,6 +16,10 @@ class CancelRequestConn final : public net::Connection {
  public:
   CancelRequestConn(net::EventLoop& loop, int fd, PoolRegistry* registry, uint64_t server_id,
                     uint64_t link_generation);
+  // A cancel for a backend pgfleet is abandoning (query_timeout): sent without checks, because the
+  // server connection is closed right after and must not keep running the query.
+  CancelRequestConn(net::EventLoop& loop, int fd, PoolRegistry* registry, uint32_t backend_pid,
+                    std::vector<uint8_t> backend_secret);
   void OnIoEvent(uint32_t events) override;
   // Ends the request (sent, refused or timed out) and releases the server's cancel hold.
   void Finish(std::string_view outcome);
@@ -26,6 +30,9 @@ class CancelRequestConn final : public net::Connection {
   uint64_t server_id_;
   uint64_t link_generation_;
   bool sent_ = false;
+  bool unconditional_ = false;
+  uint32_t backend_pid_ = 0;
+  std::vector<uint8_t> backend_secret_;
   absl::Time started_at_;
 };
 

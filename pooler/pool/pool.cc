@@ -436,14 +436,13 @@ void Pool::Maintain(absl::Time now) {
     }
   }
   for (auto [c, query] : timed_out) {
-    ServerConn* s = c->server();
-    if (s != nullptr) s->Close(query ? "query_timeout" : "idle_transaction_timeout");
-    if (!c->closed()) {
-      c->Fatal(query ? protocol::sqlstate::kQueryCanceled
-                     : protocol::sqlstate::kIdleInTransactionTimeout,
-               query ? "query_timeout: query ran longer than the configured limit"
-                     : "idle_transaction_timeout: transaction was idle too long");
-    }
+    // Stop the backend's work too: closing the socket alone would leave the query running.
+    if (query && c->server() != nullptr) registry_->CancelAbandonedQuery(*c->server());
+    // Closing the client closes its server: it is mid-transaction.
+    c->Fatal(
+        query ? protocol::sqlstate::kQueryCanceled : protocol::sqlstate::kIdleInTransactionTimeout,
+        query ? "query_timeout: query ran longer than the configured limit"
+              : "idle_transaction_timeout: transaction was idle too long");
   }
   // Servers: connect timeout, idle timeout, lifetime.
   std::vector<std::pair<ServerConn*, const char*>> to_close;

@@ -158,8 +158,21 @@ void PoolRegistry::HandleCancel(const protocol::CancelKey& key) {
   }
   server->AddCancelInFlight();
   PGFLEET_LOG(kInfo, "cancel_request", "client=", client->id(), " server=", server->id());
+  TrackCancelRequest(std::move(request));
+}
+
+void PoolRegistry::TrackCancelRequest(std::unique_ptr<CancelRequestConn> request) {
   CancelRequestConn* raw = request.get();
   cancel_requests_.emplace(raw, std::move(request));
+}
+
+void PoolRegistry::CancelAbandonedQuery(const ServerConn& server) {
+  auto fd = net::ConnectTo(server.pool()->db().host, server.pool()->db().port);
+  if (!fd.ok()) return;
+  auto request = std::make_unique<CancelRequestConn>(loop_, *fd, this, server.backend_pid(),
+                                                     server.backend_secret());
+  if (!request->Register(/*connecting=*/true).ok()) return;
+  TrackCancelRequest(std::move(request));
 }
 
 void PoolRegistry::ForgetCancelRequest(CancelRequestConn* request) {

@@ -60,6 +60,8 @@ class PoolRegistry {
   void ForgetCancelKey(const protocol::CancelKey& key);
   // Handles a CancelRequest whose key this worker minted (DESIGN.md cancel step 1).
   void HandleCancel(const protocol::CancelKey& key);
+  // Cancels whatever `server` runs, unconditionally, before pgfleet drops the connection.
+  void CancelAbandonedQuery(const ServerConn& server);
 
   // Connection accounting for limits.
   bool ClientSlotAvailable() const;
@@ -91,6 +93,8 @@ class PoolRegistry {
   // Live servers by id, so callbacks holding only an id (cancels) never touch a freed server.
   ServerConn* FindServer(uint64_t id) const;
   void ForgetCancelRequest(CancelRequestConn* request);
+  // Starts `request` (registered, connecting) and keeps it until it finishes.
+  void TrackCancelRequest(std::unique_ptr<CancelRequestConn> request);
 
   uint64_t NextConnectionId() { return ++last_connection_id_; }
   void DeleteClient(ClientConn* client);

@@ -16,7 +16,8 @@ constexpr std::array<bool, 256> MakeTable(std::initializer_list<char> types) {
 
 // Frontend: Parse, Bind, Close and Describe carry statement names (prepared statement renaming),
 // Query is inspected for logging and statement-mode checks, 'p' is an auth response.
-constexpr auto kFrontendNeedsBody = MakeTable({'P', 'B', 'C', 'D', 'p', 'X', 'S', 'H', 'c', 'f'});
+constexpr auto kFrontendNeedsBody =
+    MakeTable({'P', 'B', 'C', 'D', 'Q', 'p', 'X', 'S', 'H', 'c', 'f'});
 // Backend: ReadyForQuery, ParameterStatus, errors, CommandComplete tags, COPY mode switches,
 // authentication and key data. Row data ('D') and CopyData ('d') stream through.
 constexpr auto kBackendNeedsBody =

@@ -13,8 +13,9 @@ TEST_F(CopyTest, CopyInAndOutOf100Megabytes) {
   PgfleetProcess fleet(PoolConfig("transaction", 2));
   auto c = Connect(fleet.ConnString());
   ASSERT_TRUE(Ok(c));
-  ASSERT_TRUE(ResultOk(Exec(c, "DROP TABLE IF EXISTS copy_big; CREATE TABLE copy_big (id bigint,"
-                               " payload text)")));
+  ASSERT_TRUE(ResultOk(Exec(c,
+                            "DROP TABLE IF EXISTS copy_big; CREATE TABLE copy_big (id bigint,"
+                            " payload text)")));
   ResultPtr start = Exec(c, "COPY copy_big FROM STDIN");
   ASSERT_EQ(PQresultStatus(start.get()), PGRES_COPY_IN) << ErrorOf(c);
   const std::string payload(1000, 'x');
@@ -59,7 +60,8 @@ TEST_F(CopyTest, CopyInAndOutOf100Megabytes) {
 TEST_F(CopyTest, FailedCopyInKeepsServerUntilClientEndsTheStream) {
   PgfleetProcess fleet(PoolConfig("transaction", 1));
   auto c = Connect(fleet.ConnString());
-  ASSERT_TRUE(ResultOk(Exec(c, "DROP TABLE IF EXISTS copy_small; CREATE TABLE copy_small (id int)")));
+  ASSERT_TRUE(
+      ResultOk(Exec(c, "DROP TABLE IF EXISTS copy_small; CREATE TABLE copy_small (id int)")));
   ResultPtr start = Exec(c, "COPY copy_small FROM STDIN");
   ASSERT_EQ(PQresultStatus(start.get()), PGRES_COPY_IN);
   std::string bad = "not_a_number\n";

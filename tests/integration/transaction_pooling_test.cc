@@ -121,8 +121,8 @@ TEST_F(PoolingTest, UnknownDatabaseGetsInvalidCatalogName) {
 }
 
 TEST_F(PoolingTest, MaxDbConnectionsCapsServersAcrossUsers) {
-  PgfleetProcess fleet(absl::StrCat("databases:\n  postgres: {host: 127.0.0.1, port: ",
-                                    pg().port(), ", max_db_connections: 2}\n",
+  PgfleetProcess fleet(absl::StrCat("databases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+                                    ", max_db_connections: 2}\n",
                                     "pool: {pool_mode: transaction, default_pool_size: 5}\n"));
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};

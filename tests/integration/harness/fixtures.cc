@@ -8,14 +8,16 @@ void EnsureTestRoles() {
   if (done) return;
   done = true;
   auto& pg = PgServer::Shared();
-  pg.Exec("SET password_encryption = 'md5'; CREATE ROLE md5user LOGIN PASSWORD 'md5pass';"
-          " CREATE ROLE aqmd5 LOGIN PASSWORD 'aqmd5pass'");
-  pg.Exec("SET password_encryption = 'scram-sha-256';"
-          " CREATE ROLE scramuser LOGIN PASSWORD 'scrampass';"
-          " CREATE ROLE authuser LOGIN PASSWORD 'authpass';"
-          " CREATE ROLE aqscram LOGIN PASSWORD 'aqscrampass';"
-          " GRANT pg_read_all_data TO authuser;"
-          " GRANT SELECT ON pg_authid TO authuser");
+  pg.Exec(
+      "SET password_encryption = 'md5'; CREATE ROLE md5user LOGIN PASSWORD 'md5pass';"
+      " CREATE ROLE aqmd5 LOGIN PASSWORD 'aqmd5pass'");
+  pg.Exec(
+      "SET password_encryption = 'scram-sha-256';"
+      " CREATE ROLE scramuser LOGIN PASSWORD 'scrampass';"
+      " CREATE ROLE authuser LOGIN PASSWORD 'authpass';"
+      " CREATE ROLE aqscram LOGIN PASSWORD 'aqscrampass';"
+      " GRANT pg_read_all_data TO authuser;"
+      " GRANT SELECT ON pg_authid TO authuser");
   pg.Exec("CREATE ROLE otheruser LOGIN SUPERUSER");
   pg.Exec("CREATE TABLE IF NOT EXISTS items (id bigint, payload text)");
   pg.Exec("GRANT ALL ON items TO PUBLIC");

@@ -17,7 +17,9 @@ struct PGresultDeleter {
 using ConnPtr = std::unique_ptr<PGconn, PGconnDeleter>;
 using ResultPtr = std::unique_ptr<PGresult, PGresultDeleter>;
 
-inline ConnPtr Connect(const std::string& conninfo) { return ConnPtr(PQconnectdb(conninfo.c_str())); }
+inline ConnPtr Connect(const std::string& conninfo) {
+  return ConnPtr(PQconnectdb(conninfo.c_str()));
+}
 inline bool Ok(const ConnPtr& c) { return c && PQstatus(c.get()) == CONNECTION_OK; }
 inline std::string ErrorOf(const ConnPtr& c) { return c ? PQerrorMessage(c.get()) : "null"; }
 

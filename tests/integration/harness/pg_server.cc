@@ -36,9 +36,7 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 void Die(const std::string& what) {
   std::fprintf(stderr, "test harness: %s\n", what.c_str());
@@ -112,10 +110,10 @@ PgServer::PgServer() : bindir_(FindBindir()) {
 PgServer::~PgServer() { Stop(); }
 
 void PgServer::RunAsOwner(const std::string& command) const {
-  std::string wrapped = geteuid() == 0 ? absl::StrCat("runuser -u postgres -- sh -c \"",
-                                                      absl::StrReplaceAll(command, {{"\"", "\\\""}}),
-                                                      "\"")
-                                       : command;
+  std::string wrapped = geteuid() == 0
+                            ? absl::StrCat("runuser -u postgres -- sh -c \"",
+                                           absl::StrReplaceAll(command, {{"\"", "\\\""}}), "\"")
+                            : command;
   if (RunCommand(wrapped) != 0) Die(absl::StrCat("command failed: ", command));
 }
 

@@ -22,7 +22,9 @@ std::string PgfleetBinary() {
   return PGFLEET_BINARY_PATH;
 }
 
-PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string& userlist) {
+PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string& userlist,
+                               const std::string& listen_extra)
+    : listen_extra_(listen_extra) {
   char tmpl[] = "/tmp/pgfleet-it-XXXXXX";
   dir_ = mkdtemp(tmpl);
   port_ = FreePort();
@@ -41,8 +43,8 @@ PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string
   }
   // Ready when the TCP port accepts (bounded wait).
   for (int i = 0; i < 200; ++i) {
-    if (RunCommand(absl::StrCat("bash -c 'exec 3<>/dev/tcp/127.0.0.1/", port_,
-                                "' 2>/dev/null")) == 0) {
+    if (RunCommand(absl::StrCat("bash -c 'exec 3<>/dev/tcp/127.0.0.1/", port_, "' 2>/dev/null")) ==
+        0) {
       return;
     }
     if (!Running()) break;
@@ -57,7 +59,8 @@ PgfleetProcess::~PgfleetProcess() {
 }
 
 std::string PgfleetProcess::WriteConfig(const std::string& config_body) const {
-  return absl::StrCat("listen: {address: 127.0.0.1, port: ", port_, "}\n", config_body);
+  return absl::StrCat("listen:\n  address: 127.0.0.1\n  port: ", port_, "\n", listen_extra_,
+                      config_body);
 }
 
 void PgfleetProcess::RewriteConfig(const std::string& config_body) const {

@@ -2,8 +2,9 @@
 // it accepts connections, and stops it by PID at the end.
 #pragma once
 
-#include <string>
 #include <sys/types.h>
+
+#include <string>
 
 namespace pgfleet::testing {
 
@@ -11,7 +12,9 @@ class PgfleetProcess {
  public:
   // `config_body` is YAML without the `listen:` section (added with a free port).
   // `userlist` is the auth file's content (empty = none written).
-  PgfleetProcess(const std::string& config_body, const std::string& userlist = "");
+  // `listen_extra` adds keys to the listen section (e.g. "  unix_socket_dir: /tmp/x\n").
+  PgfleetProcess(const std::string& config_body, const std::string& userlist = "",
+                 const std::string& listen_extra = "");
   ~PgfleetProcess();
 
   int port() const { return port_; }
@@ -35,6 +38,7 @@ class PgfleetProcess {
  private:
   std::string WriteConfig(const std::string& config_body) const;
 
+  std::string listen_extra_;
   std::string dir_;
   std::string config_path_;
   int port_ = 0;

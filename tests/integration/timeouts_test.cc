@@ -1,0 +1,105 @@
+// Timeouts and pool sizing knobs: query_wait_timeout, query_timeout, idle_transaction_timeout,
+// client_idle_timeout, min_pool_size, reserve pool, unix socket listener.
+#include <chrono>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "tests/integration/harness/fixtures.h"
+
+namespace pgfleet::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TimeoutsTest : public IntegrationTest {};
+
+TEST_F(TimeoutsTest, QueryWaitTimeoutFailsQueuedClient) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1, "  query_wait_timeout: 300ms\n"));
+  auto holder = Connect(fleet.ConnString());
+  ASSERT_TRUE(ResultOk(Exec(holder, "BEGIN")));
+  auto waiter = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(waiter));
+  ResultPtr r = Exec(waiter, "SELECT 1");
+  EXPECT_FALSE(ResultOk(r));
+  EXPECT_THAT(ErrorOf(waiter), HasSubstr("query_wait_timeout"));
+  EXPECT_TRUE(ResultOk(Exec(holder, "COMMIT")));
+}
+
+TEST_F(TimeoutsTest, QueryTimeoutEndsLongQuery) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1, "  query_timeout: 300ms\n"));
+  auto c = Connect(fleet.ConnString());
+  const auto start = std::chrono::steady_clock::now();
+  ResultPtr r = Exec(c, "SELECT pg_sleep(10)");
+  EXPECT_FALSE(ResultOk(r));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_THAT(ErrorOf(c), HasSubstr("query_timeout"));
+  // The backend was cancelled, not left sleeping behind a closed socket.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(pg().QueryValue("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+                            "query = 'SELECT pg_sleep(10)'"),
+            "0");
+  auto d = Connect(fleet.ConnString());
+  EXPECT_EQ(Value(d, "SELECT 'next'"), "next");
+}
+
+TEST_F(TimeoutsTest, IdleTransactionTimeoutClosesIdleInTransactionClient) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1, "  idle_transaction_timeout: 300ms\n"));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_TRUE(ResultOk(Exec(c, "BEGIN")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_FALSE(ResultOk(Exec(c, "SELECT 1")));
+  auto d = Connect(fleet.ConnString());
+  EXPECT_EQ(Value(d, "SELECT 'freed'"), "freed");
+}
+
+TEST_F(TimeoutsTest, ClientIdleTimeoutClosesIdleClient) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1, "  client_idle_timeout: 300ms\n"));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_EQ(Value(c, "SELECT 1"), "1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_FALSE(ResultOk(Exec(c, "SELECT 1")));
+  EXPECT_THAT(fleet.Log(), HasSubstr("client_idle_timeout"));
+}
+
+TEST_F(TimeoutsTest, MinPoolSizeOpensServersAhead) {
+  PgfleetProcess fleet(PoolConfig("transaction", 5, "  min_pool_size: 3\n"));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_EQ(Value(c, "SELECT 1"), "1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(ServerConnections(), 3);
+}
+
+TEST_F(TimeoutsTest, ServerIdleTimeoutClosesUnusedServers) {
+  PgfleetProcess fleet(PoolConfig("transaction", 2, "  server_idle_timeout: 200ms\n"));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_EQ(Value(c, "SELECT 1"), "1");
+  EXPECT_EQ(ServerConnections(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_EQ(ServerConnections(), 0);
+  EXPECT_EQ(Value(c, "SELECT 2"), "2");
+}
+
+TEST_F(TimeoutsTest, ReservePoolServesClientsWaitingTooLong) {
+  PgfleetProcess fleet(
+      PoolConfig("transaction", 1, "  reserve_pool_size: 1\n  reserve_pool_timeout: 200ms\n"));
+  auto holder = Connect(fleet.ConnString());
+  ASSERT_TRUE(ResultOk(Exec(holder, "BEGIN")));
+  auto waiter = Connect(fleet.ConnString());
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(Value(waiter, "SELECT 'reserve'"), "reserve");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(ResultOk(Exec(holder, "COMMIT")));
+}
+
+TEST_F(TimeoutsTest, UnixSocketListenerServesClients) {
+  char tmpl[] = "/tmp/pgfleet-sock-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  PgfleetProcess fleet(PoolConfig("transaction", 1), "", "  unix_socket_dir: " + dir + "\n");
+  auto c =
+      Connect(absl::StrCat("host=", dir, " port=", fleet.port(), " user=postgres dbname=postgres"));
+  ASSERT_TRUE(Ok(c)) << ErrorOf(c) << fleet.Log();
+  EXPECT_EQ(Value(c, "SELECT 'over unix'"), "over unix");
+}
+
+}  // namespace
+}  // namespace pgfleet::testing
