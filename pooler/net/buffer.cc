@@ -10,10 +10,17 @@
 namespace pgfleet::net {
 namespace {
 
-// Free chunks of exactly kChunkSize, kept per thread (each worker is one thread).
+// Free chunks of exactly kChunkSize, kept per thread (each worker is one thread). The pool owns
+// them and frees them when its thread exits.
+struct ChunkPool {
+  std::vector<uint8_t*> chunks;
+  ~ChunkPool() {
+    for (uint8_t* chunk : chunks) std::free(chunk);
+  }
+};
 std::vector<uint8_t*>& FreeChunks() {
-  thread_local std::vector<uint8_t*> chunks;
-  return chunks;
+  thread_local ChunkPool pool;
+  return pool.chunks;
 }
 constexpr size_t kMaxFreeChunks = 1024;
 
@@ -72,6 +79,7 @@ std::span<uint8_t> Buffer::PrepareWrite(size_t min_size) {
 }
 
 void Buffer::Append(const uint8_t* data, size_t size) {
+  if (size == 0) return;  // a buffer without storage has a null data_, which memcpy may not take
   auto space = PrepareWrite(size);
   std::memcpy(space.data(), data, size);
   Commit(size);

@@ -21,9 +21,10 @@ absl::StatusOr<SaslInitialResponseView> ParseSaslInitialResponse(std::span<const
   if (!r.ReadCString(&out.mechanism) || !r.ReadInt32(&length)) {
     return absl::InvalidArgumentError("malformed SASLInitialResponse message");
   }
-  if (length == -1) return out;
+  // -1 means "no data"; like PostgreSQL (pq_getmsgend), nothing may follow in either case.
   std::span<const uint8_t> data;
-  if (length < 0 || !r.ReadBytes(static_cast<size_t>(length), &data) || !r.empty()) {
+  if (length < -1 || (length >= 0 && !r.ReadBytes(static_cast<size_t>(length), &data)) ||
+      !r.empty()) {
     return absl::InvalidArgumentError("malformed SASLInitialResponse message");
   }
   out.data = std::string_view(reinterpret_cast<const char*>(data.data()), data.size());

@@ -49,6 +49,7 @@ class Reader {
   }
   // A NUL-terminated string; the view points into the message and excludes the NUL.
   [[nodiscard]] bool ReadCString(std::string_view* out) {
+    if (remaining() == 0) return false;  // an empty span may have a null data(); memchr needs one
     const uint8_t* start = data_.data() + pos_;
     const void* nul = std::memchr(start, 0, remaining());
     if (nul == nullptr) return false;

@@ -1,0 +1,146 @@
+// Tests for pooler/pool/param_sync.h: tracked names, per-slot values and the SET that syncs them.
+#include "pooler/pool/param_sync.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pgfleet::pool {
+namespace {
+
+TEST(TrackedParamNamesTest, AlwaysTracksTheReportedDefaults) {
+  TrackedParamNames names({});
+  ASSERT_EQ(names.size(), 5u);
+  EXPECT_EQ(names.name(0), "client_encoding");
+  EXPECT_EQ(names.name(1), "DateStyle");
+  EXPECT_EQ(names.name(2), "TimeZone");
+  EXPECT_EQ(names.name(3), "standard_conforming_strings");
+  EXPECT_EQ(names.name(4), "application_name");
+}
+
+TEST(TrackedParamNamesTest, FindIsCaseInsensitive) {
+  TrackedParamNames names({});
+  EXPECT_EQ(names.Find("client_encoding"), 0);
+  EXPECT_EQ(names.Find("CLIENT_ENCODING"), 0);
+  EXPECT_EQ(names.Find("datestyle"), 1);
+  EXPECT_EQ(names.Find("timezone"), 2);
+  EXPECT_EQ(names.Find("Application_Name"), 4);
+  EXPECT_EQ(names.Find("search_path"), -1);
+  EXPECT_EQ(names.Find(""), -1);
+  EXPECT_EQ(names.Find("TimeZon"), -1);
+  EXPECT_EQ(names.Find("TimeZoneX"), -1);
+}
+
+TEST(TrackedParamNamesTest, ExtrasAreAppendedOnceInOrder) {
+  TrackedParamNames names({"IntervalStyle", "search_path", "DATESTYLE", "intervalstyle"});
+  ASSERT_EQ(names.size(), 7u);
+  EXPECT_EQ(names.name(5), "IntervalStyle");
+  EXPECT_EQ(names.name(6), "search_path");
+  EXPECT_EQ(names.Find("INTERVALSTYLE"), 5);
+  EXPECT_EQ(names.Find("Search_Path"), 6);
+  // A built-in repeated in extras keeps its slot and canonical spelling.
+  EXPECT_EQ(names.Find("DateStyle"), 1);
+  EXPECT_EQ(names.name(1), "DateStyle");
+}
+
+TEST(ParamSetTest, SetGetAndFillUnset) {
+  ParamSet client(3);
+  EXPECT_FALSE(client.IsSet(0));
+  client.Set(0, "UTF8");
+  client.Set(2, "");  // set to empty is still set
+  EXPECT_TRUE(client.IsSet(0));
+  EXPECT_TRUE(client.IsSet(2));
+  EXPECT_EQ(client.Get(0), "UTF8");
+
+  ParamSet defaults(3);
+  defaults.Set(0, "LATIN1");
+  defaults.Set(1, "ISO, MDY");
+  defaults.Set(2, "x");
+  client.FillUnset(defaults);
+  EXPECT_EQ(client.Get(0), "UTF8");
+  EXPECT_EQ(client.Get(1), "ISO, MDY");
+  EXPECT_EQ(client.Get(2), "");
+}
+
+TEST(ParamSetTest, FillUnsetToleratesSizeMismatchAndResizeKeepsValues) {
+  ParamSet small(1);
+  small.Set(0, "a");
+  small.Resize(3);
+  EXPECT_TRUE(small.IsSet(0));
+  EXPECT_EQ(small.Get(0), "a");
+  EXPECT_FALSE(small.IsSet(2));
+  ParamSet defaults(2);
+  defaults.Set(1, "b");
+  small.FillUnset(defaults);
+  EXPECT_EQ(small.Get(1), "b");
+  EXPECT_FALSE(small.IsSet(2));
+}
+
+class BuildParamSyncTest : public ::testing::Test {
+ protected:
+  TrackedParamNames names_{{"search_path"}};
+  ParamSet wanted_{names_.size()};
+  ParamSet current_{names_.size()};
+};
+
+TEST_F(BuildParamSyncTest, EmitsOnlyDifferingSetValues) {
+  wanted_.Set(0, "UTF8");
+  current_.Set(0, "UTF8");
+  wanted_.Set(2, "UTC");
+  current_.Set(2, "Europe/Berlin");
+  std::string sql;
+  EXPECT_TRUE(BuildParamSync(names_, wanted_, current_, &sql));
+  EXPECT_EQ(sql, "SET TimeZone='UTC';");
+}
+
+TEST_F(BuildParamSyncTest, NothingToDoLeavesSqlUntouched) {
+  wanted_.Set(4, "app");
+  current_.Set(4, "app");
+  current_.Set(2, "UTC");  // set on the server only: the client did not ask, so leave it
+  std::string sql = "prefix";
+  EXPECT_FALSE(BuildParamSync(names_, wanted_, current_, &sql));
+  EXPECT_EQ(sql, "prefix");
+}
+
+TEST_F(BuildParamSyncTest, UnsetOnServerIsSentAndAppendedInSlotOrder) {
+  wanted_.Set(5, "app, public");
+  wanted_.Set(1, "ISO, DMY");
+  wanted_.Set(4, "");  // an empty application_name differs from a non-empty one
+  current_.Set(4, "psql");
+  std::string sql = "BEGIN;";
+  EXPECT_TRUE(BuildParamSync(names_, wanted_, current_, &sql));
+  EXPECT_EQ(sql,
+            "BEGIN;SET DateStyle='ISO, DMY';SET application_name='';"
+            "SET search_path='app, public';");
+}
+
+TEST_F(BuildParamSyncTest, ValuesAreCompareCaseSensitivelyAndQuoted) {
+  wanted_.Set(4, "it's");
+  current_.Set(4, "IT'S");
+  std::string sql;
+  EXPECT_TRUE(BuildParamSync(names_, wanted_, current_, &sql));
+  EXPECT_EQ(sql, "SET application_name='it''s';");
+}
+
+TEST(QuoteLiteralTest, PlainValue) {
+  EXPECT_EQ(QuoteLiteral("UTC"), "'UTC'");
+  EXPECT_EQ(QuoteLiteral(""), "''");
+}
+
+TEST(QuoteLiteralTest, DoublesSingleQuotes) {
+  EXPECT_EQ(QuoteLiteral("it's"), "'it''s'");
+  EXPECT_EQ(QuoteLiteral("'"), "''''");
+  EXPECT_EQ(QuoteLiteral("'; DROP TABLE t; --"), "'''; DROP TABLE t; --'");
+}
+
+TEST(QuoteLiteralTest, BackslashesUseEscapeStringForm) {
+  EXPECT_EQ(QuoteLiteral("a\\b"), "E'a\\\\b'");
+  EXPECT_EQ(QuoteLiteral("\\"), "E'\\\\'");
+  // A trailing backslash must not escape the closing quote.
+  EXPECT_EQ(QuoteLiteral("x\\'"), "E'x\\\\'''");
+  EXPECT_EQ(QuoteLiteral("O'Re\\illy"), "E'O''Re\\\\illy'");
+}
+
+}  // namespace
+}  // namespace pgfleet::pool
