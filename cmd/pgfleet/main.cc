@@ -1,7 +1,11 @@
 // pgfleet: the pod's PostgreSQL pooler. `--config FILE` serves, `--check-config FILE` validates,
 // `--version` prints the version.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -9,11 +13,20 @@
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/config/config.h"
+#include "pooler/supervisor/supervisor.h"
 #include "pooler/worker/worker.h"
 
 ABSL_FLAG(std::string, config, "", "Path to pgfleet.yaml; runs the pooler.");
 ABSL_FLAG(std::string, check_config, "", "Validate this config file and exit (0 = valid).");
 ABSL_FLAG(bool, version, false, "Print the version and exit.");
+// Set by the supervisor when it execs a worker; not for people.
+ABSL_FLAG(int, worker_slot, -1, "internal: worker slot index (worker mode)");
+ABSL_FLAG(int, worker_count, 1, "internal: number of workers in the pod");
+ABSL_FLAG(uint32_t, peer_id, 1, "internal: this worker's fleet-wide peer id");
+ABSL_FLAG(std::string, runtime_dir, "", "internal: directory of the workers' peering sockets");
+ABSL_FLAG(std::vector<std::string>, listen_fds, {}, "internal: inherited listening sockets");
+ABSL_FLAG(int, client_budget_fd, -1, "internal: shared max_client_conn region");
+ABSL_FLAG(int, ready_fd, -1, "internal: pipe to report readiness on");
 
 #ifndef PGFLEET_VERSION
 #define PGFLEET_VERSION "dev"
@@ -36,11 +49,54 @@ int CheckConfig(const std::string& path) {
   return 0;
 }
 
+int RunSupervisor(const std::string& config_path) {
+  pgfleet::supervisor::SupervisorOptions options;
+  options.config_path = config_path;
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) {
+    std::fprintf(stderr, "cannot resolve /proc/self/exe\n");
+    return 1;
+  }
+  // The path, not the inode: a binary replaced on disk is what the next worker runs.
+  options.binary_path = std::string(self, static_cast<size_t>(n));
+  const std::string deleted = " (deleted)";
+  if (options.binary_path.size() > deleted.size() &&
+      options.binary_path.compare(options.binary_path.size() - deleted.size(), deleted.size(),
+                                  deleted) == 0) {
+    options.binary_path.resize(options.binary_path.size() - deleted.size());
+  }
+  pgfleet::base::SetLogPrefix("supervisor");
+  pgfleet::supervisor::Supervisor supervisor(options);
+  if (auto status = supervisor.Init(); !status.ok()) {
+    PGFLEET_LOG(kError, "startup_failed",
+                "error=", pgfleet::base::LogQuote(pgfleet::base::Sv(status.message())));
+    return 1;
+  }
+  if (auto status = supervisor.Run(); !status.ok()) {
+    PGFLEET_LOG(kError, "supervisor_failed",
+                "error=", pgfleet::base::LogQuote(pgfleet::base::Sv(status.message())));
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("pgfleet --config FILE | --check-config FILE | --version");
-  absl::ParseCommandLine(argc, argv);
+  // DESIGN.md promises --check-config; absl spells flags with underscores, so accept both.
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<char*> normalized;
+  for (auto& arg : args) {
+    if (arg.rfind("--", 0) == 0) {
+      size_t end = arg.find('=');
+      std::replace(arg.begin() + 2, end == std::string::npos ? arg.end() : arg.begin() + end, '-',
+                   '_');
+    }
+    normalized.push_back(arg.data());
+  }
+  absl::ParseCommandLine(static_cast<int>(normalized.size()), normalized.data());
   if (absl::GetFlag(FLAGS_version)) {
     std::printf("pgfleet %s\n", PGFLEET_VERSION);
     return 0;
@@ -53,8 +109,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: pgfleet --config FILE | --check-config FILE | --version\n");
     return 2;
   }
+  if (absl::GetFlag(FLAGS_worker_slot) < 0) return RunSupervisor(config_path);
   pgfleet::worker::WorkerOptions options;
   options.config_path = config_path;
+  options.slot = absl::GetFlag(FLAGS_worker_slot);
+  options.worker_count = absl::GetFlag(FLAGS_worker_count);
+  options.peer_id = absl::GetFlag(FLAGS_peer_id);
+  options.runtime_dir = absl::GetFlag(FLAGS_runtime_dir);
+  options.client_budget_fd = absl::GetFlag(FLAGS_client_budget_fd);
+  options.ready_fd = absl::GetFlag(FLAGS_ready_fd);
+  for (const auto& fd : absl::GetFlag(FLAGS_listen_fds)) {
+    options.inherited_listen_fds.push_back(std::stoi(fd));
+  }
   pgfleet::worker::Worker worker(options);
   if (auto status = worker.Init(); !status.ok()) {
     PGFLEET_LOG(kError, "startup_failed",

@@ -150,7 +150,7 @@ void ClientConn::HandleStartupData() {
         protocol::CancelKey key;
         key.pid = packet->cancel_pid;
         std::copy(packet->cancel_secret.begin(), packet->cancel_secret.end(), key.secret.begin());
-        registry_->HandleCancel(key);
+        (void)registry_->HandleCancel(key, /*forwarded=*/false);
       } else {
         ++registry_->counters().cancels_dropped;
       }
@@ -196,7 +196,7 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
     return;
   }
   if (database_.empty()) database_ = user_;
-  if (!registry_->ClientSlotAvailable()) {
+  if (!holds_client_slot_) {
     ++registry_->counters().clients_rejected_max_client_conn;
     Fatal(protocol::sqlstate::kTooManyConnections, "no more connections allowed (max_client_conn)");
     return;

@@ -76,6 +76,11 @@ class ClientConn final : public net::Connection, public base::ListNode {
   bool unsynced() const { return unsynced_; }
   bool mid_message() const { return skip_remaining_ > 0; }
 
+  // Whether this client counts against max_client_conn (false = over the limit, refused at
+  // startup with 53300).
+  bool holds_client_slot() const { return holds_client_slot_; }
+  void set_holds_client_slot(bool v) { holds_client_slot_ = v; }
+
   absl::Time connected_at() const { return connected_at_; }
   absl::Time wait_started_at() const { return wait_started_at_; }
   void set_wait_started_at(absl::Time t) { wait_started_at_ = t; }
@@ -121,6 +126,7 @@ class ClientConn final : public net::Connection, public base::ListNode {
   bool scram_first_done_ = false;
   ServerConn* auth_query_server_ = nullptr;  // running our auth_query, if any
 
+  bool holds_client_slot_ = false;
   size_t skip_remaining_ = 0;
   bool in_copy_in_ = false;
   bool unsynced_ = false;

@@ -192,17 +192,16 @@ bool Pool::CanLaunch(bool use_reserve) const {
   if (registry_->loop().now() < next_connect_allowed_) return false;
   int limit = pool_size() + (use_reserve ? registry_->config().EffectiveReservePoolSize(db_) : 0);
   if (static_cast<int>(server_count()) >= limit) return false;
-  int user_limit = registry_->limits().max_user_connections;
-  if (user_limit > 0 && registry_->UserServerCount(server_user()) >= user_limit) return false;
   return true;
 }
 
 bool Pool::LaunchServer(bool use_reserve) {
   if (!CanLaunch(use_reserve)) return false;
-  int db_limit = registry_->DatabaseLimit(db_.name);
-  if (db_limit > 0 && registry_->DatabaseServerCount(db_.name) >= db_limit) {
+  if (!registry_->ServerBudgetAllows(this)) {
     // Make room by closing an idle server another pool of this database does not need.
-    if (!registry_->EvictIdleServerFor(this)) return false;
+    if (!registry_->EvictIdleServerFor(this) || !registry_->ServerBudgetAllows(this)) {
+      return false;
+    }
   }
   ServerConn* server = registry_->OpenServer(this);
   if (server == nullptr) {

@@ -22,13 +22,8 @@ PoolRegistry::PoolRegistry(net::EventLoop& loop, std::shared_ptr<const config::C
       userlist_(std::move(userlist)),
       peer_id_(peer_id),
       random_(random),
-      tracked_params_(config_->pool.track_extra_parameters) {
-  limits_.max_client_conn = config_->pool.max_client_conn;
-  limits_.max_user_connections = config_->pool.max_user_connections;
-  limits_.default_max_db_connections = config_->pool.max_db_connections;
-  for (const auto& [name, db] : config_->databases) {
-    limits_.max_db_connections[name] = db.max_db_connections;
-  }
+      tracked_params_(config_->pool.track_extra_parameters),
+      client_budget_(config_->pool.max_client_conn) {
   janitor_timer_ = loop_.RunEvery(kJanitorInterval, [this] { Janitor(); });
 }
 
@@ -44,13 +39,9 @@ void PoolRegistry::AcceptClient(int fd, std::string peer_address) {
   }
   ++client_count_;
   ++counters_.clients_accepted;
+  client->set_holds_client_slot(client_budget_.TryAcquire());
   login_clients_.PushBack(client);
   PGFLEET_LOG(kDebug, "client_connect", "client=", client->id(), " addr=", client->peer_address());
-}
-
-bool PoolRegistry::ClientSlotAvailable() const {
-  return limits_.max_client_conn <= 0 ||
-         client_count_ <= static_cast<size_t>(limits_.max_client_conn);
 }
 
 Pool* PoolRegistry::GetOrCreatePool(const config::DatabaseConfig& db, const std::string& user) {
@@ -101,10 +92,14 @@ int PoolRegistry::UserServerCount(const std::string& user) const {
   return it == user_server_counts_.end() ? 0 : it->second;
 }
 
-int PoolRegistry::DatabaseLimit(const std::string& db) const {
-  auto it = limits_.max_db_connections.find(db);
-  if (it != limits_.max_db_connections.end() && it->second > 0) return it->second;
-  return limits_.default_max_db_connections;
+bool PoolRegistry::ServerBudgetAllows(const Pool* pool) const {
+  // 0 = unlimited; config::kNoConnections (negative) = this worker's share is zero.
+  const int db_limit = pool->db().max_db_connections;
+  if (db_limit < 0 || (db_limit > 0 && DatabaseServerCount(pool->db().name) >= db_limit)) {
+    return false;
+  }
+  const int user_limit = config_->EffectiveMaxUserConnections(pool->server_user());
+  return !(user_limit < 0 || (user_limit > 0 && UserServerCount(pool->server_user()) >= user_limit));
 }
 
 bool PoolRegistry::EvictIdleServerFor(const Pool* pool) {
@@ -129,36 +124,48 @@ protocol::CancelKey PoolRegistry::MintCancelKey(ClientConn* client) {
 
 void PoolRegistry::ForgetCancelKey(const protocol::CancelKey& key) { cancel_keys_.erase(key); }
 
-void PoolRegistry::HandleCancel(const protocol::CancelKey& key) {
+CancelOutcome PoolRegistry::HandleCancel(const protocol::CancelKey& key, bool forwarded) {
+  const uint32_t owner = protocol::PeerIdOfCancelPid(key.pid);
+  if (owner != peer_id_) {
+    if (!forwarded && forwarder_ != nullptr && forwarder_->ForwardCancel(key)) {
+      ++counters_.cancels_forwarded;
+      return CancelOutcome::kForwarded;
+    }
+    ++counters_.cancels_dropped;
+    PGFLEET_LOG(kDebug, "cancel_dropped", "reason=", forwarded ? "not_owner" : "unknown_owner",
+                " owner=", owner);
+    return CancelOutcome::kDropped;
+  }
   auto it = cancel_keys_.find(key);
   if (it == cancel_keys_.end()) {
     // Unknown keys are dropped silently, as PostgreSQL does.
     ++counters_.cancels_dropped;
-    PGFLEET_LOG(kDebug, "cancel_dropped",
-                "reason=unknown_key peer_id=", protocol::PeerIdOfCancelPid(key.pid));
-    return;
+    PGFLEET_LOG(kDebug, "cancel_dropped", "reason=unknown_key");
+    return CancelOutcome::kDropped;
   }
   ClientConn* client = it->second;
   ServerConn* server = client->server();
   if (server == nullptr || !server->query_in_progress()) {
     ++counters_.cancels_dropped;
     PGFLEET_LOG(kDebug, "cancel_dropped", "reason=idle_client client=", client->id());
-    return;
+    return CancelOutcome::kDropped;
   }
   auto fd = net::ConnectTo(server->pool()->db().host, server->pool()->db().port);
   if (!fd.ok()) {
     ++counters_.cancels_dropped;
-    return;
+    return CancelOutcome::kDropped;
   }
   auto request = std::make_unique<CancelRequestConn>(loop_, *fd, this, server->id(),
                                                      server->link_generation());
   if (!request->Register(/*connecting=*/true).ok()) {
     ++counters_.cancels_dropped;
-    return;
+    return CancelOutcome::kDropped;
   }
   server->AddCancelInFlight();
-  PGFLEET_LOG(kInfo, "cancel_request", "client=", client->id(), " server=", server->id());
+  PGFLEET_LOG(kInfo, "cancel_request", "client=", client->id(), " server=", server->id(),
+              " forwarded=", forwarded ? "true" : "false");
   TrackCancelRequest(std::move(request));
+  return CancelOutcome::kSent;
 }
 
 void PoolRegistry::TrackCancelRequest(std::unique_ptr<CancelRequestConn> request) {
@@ -204,6 +211,7 @@ void PoolRegistry::DeleteClient(ClientConn* client) {
     base::IntrusiveList<ClientConn>::RemoveFromOwner(client);
   }
   client->set_state(ClientState::kClosed);
+  if (client->holds_client_slot()) client_budget_.Release();
   --client_count_;
   loop_.DeferredDelete(std::unique_ptr<net::DeferredDeletable>(client));
 }
@@ -213,21 +221,11 @@ void PoolRegistry::DeleteServer(ServerConn* server) {
   loop_.DeferredDelete(std::unique_ptr<net::DeferredDeletable>(server));
 }
 
-void PoolRegistry::OnClientClosed(ClientConn* client) { (void)client; }
-
 absl::Status PoolRegistry::Reload(std::shared_ptr<const config::Config> config,
                                   auth::Userlist userlist) {
   config_ = std::move(config);
   userlist_ = std::move(userlist);
-  Limits limits = limits_;
-  limits.max_client_conn = config_->pool.max_client_conn;
-  limits.max_user_connections = config_->pool.max_user_connections;
-  limits.default_max_db_connections = config_->pool.max_db_connections;
-  limits.max_db_connections.clear();
-  for (const auto& [name, db] : config_->databases) {
-    limits.max_db_connections[name] = db.max_db_connections;
-  }
-  limits_ = std::move(limits);
+  client_budget_.set_limit(config_->pool.max_client_conn);
   for (auto& [key, pool] : pools_) {
     auto db = config_->FindDatabase(key.first);
     if (db.has_value()) {

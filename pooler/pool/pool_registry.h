@@ -14,6 +14,8 @@
 #include "pooler/base/random.h"
 #include "pooler/config/config.h"
 #include "pooler/net/event_loop.h"
+#include "pooler/pool/cancel_registry.h"
+#include "pooler/pool/client_budget.h"
 #include "pooler/pool/cancel_request.h"
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/pool.h"
@@ -22,19 +24,11 @@
 
 namespace pgfleet::pool {
 
-// This worker's share of fleet-wide budgets (DESIGN.md "Connection budget").
-struct Limits {
-  int max_client_conn = 0;                                   // 0 = unlimited
-  absl::flat_hash_map<std::string, int> max_db_connections;  // by database name
-  int default_max_db_connections = 0;
-  int max_user_connections = 0;
-};
-
-class PoolRegistry {
+class PoolRegistry final : public CancelTarget {
  public:
   PoolRegistry(net::EventLoop& loop, std::shared_ptr<const config::Config> config,
                auth::Userlist userlist, uint32_t peer_id, base::RandomSource& random);
-  ~PoolRegistry();
+  ~PoolRegistry() override;
 
   net::EventLoop& loop() { return loop_; }
   const config::Config& config() const { return *config_; }
@@ -42,8 +36,7 @@ class PoolRegistry {
   const TrackedParamNames& tracked_params() const { return tracked_params_; }
   base::RandomSource& random() { return random_; }
   WorkerCounters& counters() { return counters_; }
-  const Limits& limits() const { return limits_; }
-  void set_limits(Limits limits) { limits_ = std::move(limits); }
+  ClientBudget& client_budget() { return client_budget_; }
   uint32_t peer_id() const { return peer_id_; }
 
   // Takes ownership of an accepted socket.
@@ -58,17 +51,18 @@ class PoolRegistry {
   // Cancel keys: mint a unique key for `client`, find the client for a key, forget it.
   protocol::CancelKey MintCancelKey(ClientConn* client);
   void ForgetCancelKey(const protocol::CancelKey& key);
-  // Handles a CancelRequest whose key this worker minted (DESIGN.md cancel step 1).
-  void HandleCancel(const protocol::CancelKey& key);
+  // Handles a CancelRequest (DESIGN.md cancel steps 1-2): our own key is cancelled here, a
+  // sibling's is handed to the forwarder unless it was already forwarded once.
+  CancelOutcome HandleCancel(const protocol::CancelKey& key, bool forwarded) override;
+  void set_cancel_forwarder(CancelForwarder* forwarder) { forwarder_ = forwarder; }
   // Cancels whatever `server` runs, unconditionally, before pgfleet drops the connection.
   void CancelAbandonedQuery(const ServerConn& server);
 
-  // Connection accounting for limits.
-  bool ClientSlotAvailable() const;
-  void OnClientClosed(ClientConn* client);
+  // Server connection accounting for max_db_connections / max_user_connections.
   int DatabaseServerCount(const std::string& db) const;
   int UserServerCount(const std::string& user) const;
-  int DatabaseLimit(const std::string& db) const;
+  // True when `pool` may open one more server under its database's and user's budgets.
+  bool ServerBudgetAllows(const Pool* pool) const;
   void CountServer(const Pool* pool, int delta);
   // Frees room for `pool` under max_db_connections by closing an idle server of another pool of
   // the same database. True when one was closed.
@@ -108,8 +102,9 @@ class PoolRegistry {
   auth::Userlist userlist_;
   uint32_t peer_id_;
   base::RandomSource& random_;
+  CancelForwarder* forwarder_ = nullptr;
   TrackedParamNames tracked_params_;
-  Limits limits_;
+  ClientBudget client_budget_;
   WorkerCounters counters_;
 
   absl::flat_hash_map<std::pair<std::string, std::string>, std::unique_ptr<Pool>> pools_;

@@ -23,6 +23,7 @@ struct WorkerCounters {
   uint64_t login_failures = 0;
   uint64_t cancels_received = 0;
   uint64_t cancels_sent = 0;
+  uint64_t cancels_forwarded = 0;
   uint64_t cancels_dropped = 0;
   uint64_t servers_opened = 0;
   uint64_t server_login_failures = 0;

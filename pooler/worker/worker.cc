@@ -7,6 +7,7 @@
 
 #include "pooler/base/log.h"
 #include "pooler/base/status_macros.h"
+#include "pooler/config/worker_share.h"
 #include "pooler/net/socket.h"
 
 namespace pgfleet::worker {
@@ -60,14 +61,20 @@ Worker::~Worker() = default;
 
 absl::Status Worker::Init() {
   RETURN_IF_ERROR(loop_.Init());
-  ASSIGN_OR_RETURN(config::Config config, config::LoadConfigFile(options_.config_path));
-  ASSIGN_OR_RETURN(auth::Userlist userlist, LoadUserlistFor(config));
-  config_ = std::make_shared<const config::Config>(std::move(config));
+  ASSIGN_OR_RETURN(config::Config fleet_config, config::LoadConfigFile(options_.config_path));
+  ASSIGN_OR_RETURN(auth::Userlist userlist, LoadUserlistFor(fleet_config));
+  config_ = std::make_shared<const config::Config>(
+      config::ShareForWorker(fleet_config, options_.slot, options_.worker_count));
+  base::SetLogPrefix(base::StrCat("worker=", options_.slot, " peer_id=", options_.peer_id));
   if (config_->log.level == "debug") base::SetLogLevel(base::LogLevel::kDebug);
   if (config_->log.level == "warning") base::SetLogLevel(base::LogLevel::kWarning);
   if (config_->log.level == "error") base::SetLogLevel(base::LogLevel::kError);
   registry_ = std::make_unique<pool::PoolRegistry>(loop_, config_, std::move(userlist),
                                                    options_.peer_id, base::SystemRandom());
+  if (options_.client_budget_fd >= 0) {
+    RETURN_IF_ERROR(
+        registry_->client_budget().AttachShared(options_.client_budget_fd, options_.peer_id));
+  }
 
   auto on_accept = [this](int fd, std::string peer) {
     if (shutting_down_) {
@@ -96,12 +103,83 @@ absl::Status Worker::Init() {
   }
   signals_ = std::make_unique<SignalHandler>(this);
   RETURN_IF_ERROR(signals_->Start());
+  RETURN_IF_ERROR(StartPeering());
+  if (options_.ready_fd >= 0) {
+    const char ready = 'R';
+    ssize_t ignored = write(options_.ready_fd, &ready, 1);
+    (void)ignored;
+    close(options_.ready_fd);
+    options_.ready_fd = -1;
+  }
   return absl::OkStatus();
 }
 
+absl::Status Worker::StartPeering() {
+  if (options_.runtime_dir.empty()) return absl::OkStatus();
+  peers_ = std::make_unique<peering::PeerDirectory>(options_.runtime_dir);
+  peering_service_ = std::make_unique<peering::PeeringService>(
+      loop_, *registry_, [this](peering::v1::WorkerStats* stats) { FillStats(stats); });
+  const std::string path = peers_->SocketPathFor(options_.peer_id);
+  unlink(path.c_str());
+  ASSIGN_OR_RETURN(peering_server_,
+                   peering::PeeringServer::Start("unix:" + path, peering_service_.get()));
+  // A test-only switch shows what a fleet without forwarding does to cancels.
+  auto it = config_->peering.find("forward_cancels");
+  if (it == config_->peering.end() || it->second != "false") {
+    forwarder_ = std::make_unique<peering::GrpcCancelForwarder>(*peers_, options_.peer_id,
+                                                               config_->pool.cancel_wait_timeout);
+    registry_->set_cancel_forwarder(forwarder_.get());
+  }
+  return absl::OkStatus();
+}
+
+void Worker::FillStats(peering::v1::WorkerStats* stats) {
+  const absl::Time now = loop_.now();
+  const auto& counters = registry_->counters();
+  stats->set_peer_id(options_.peer_id);
+  stats->set_pid(static_cast<uint32_t>(getpid()));
+  stats->set_clients(registry_->client_count());
+  stats->set_cancels_received(counters.cancels_received);
+  stats->set_cancels_forwarded(counters.cancels_forwarded);
+  stats->set_cancels_sent(counters.cancels_sent);
+  stats->set_cancels_dropped(counters.cancels_dropped);
+  stats->set_clients_rejected(counters.clients_rejected_max_client_conn);
+  stats->set_login_failures(counters.login_failures);
+  stats->set_protocol_errors(counters.protocol_errors);
+  for (const auto& [key, pool] : registry_->pools()) {
+    auto* p = stats->add_pools();
+    p->set_database(key.first);
+    p->set_user(key.second);
+    p->set_pool_mode(std::string(config::PoolModeName(pool->mode())));
+    p->set_client_active(static_cast<uint32_t>(pool->active_client_count()));
+    p->set_client_waiting(static_cast<uint32_t>(pool->waiting_count()));
+    p->set_client_idle(static_cast<uint32_t>(pool->idle_client_count()));
+    p->set_server_active(static_cast<uint32_t>(pool->active_server_count()));
+    p->set_server_idle(static_cast<uint32_t>(pool->idle_server_count()));
+    p->set_server_tested(static_cast<uint32_t>(pool->testing_server_count()));
+    p->set_server_login(static_cast<uint32_t>(pool->login_server_count()));
+    p->set_max_wait_us(static_cast<uint64_t>(absl::ToInt64Microseconds(pool->max_wait(now))));
+    const auto& st = pool->stats();
+    p->set_transactions(st.transactions);
+    p->set_queries(st.queries);
+    p->set_received_bytes(st.received_bytes);
+    p->set_sent_bytes(st.sent_bytes);
+    p->set_transaction_time_us(st.transaction_time_us);
+    p->set_query_time_us(st.query_time_us);
+    p->set_wait_time_us(st.wait_time_us);
+    p->set_server_assignments(st.server_assignments);
+    p->set_errors(st.errors);
+  }
+}
+
 absl::Status Worker::Run() {
-  PGFLEET_LOG(kInfo, "worker_started", "peer_id=", options_.peer_id, " pid=", getpid());
-  return loop_.Run();
+  PGFLEET_LOG(kInfo, "worker_serving", "pid=", getpid());
+  absl::Status status = loop_.Run();
+  if (peering_server_ != nullptr) {
+    peering_server_->Shutdown();
+    unlink(peers_->SocketPathFor(options_.peer_id).c_str());
+  }
+  return status;
 }
 
 void Worker::Reload() {
@@ -117,7 +195,8 @@ void Worker::Reload() {
                 "error=", base::LogQuote(base::Sv(userlist.status().message())));
     return;
   }
-  config_ = std::make_shared<const config::Config>(*std::move(config));
+  config_ = std::make_shared<const config::Config>(
+      config::ShareForWorker(*config, options_.slot, options_.worker_count));
   auto status = registry_->Reload(config_, *std::move(userlist));
   if (!status.ok()) {
     PGFLEET_LOG(kError, "reload_failed", "error=", base::LogQuote(base::Sv(status.message())));

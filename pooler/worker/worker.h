@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "peering/cancel_forwarder.h"
+#include "peering/peer_directory.h"
+#include "peering/peering_service.h"
 #include "pooler/config/config.h"
 #include "pooler/net/event_loop.h"
 #include "pooler/net/listener.h"
@@ -17,8 +20,17 @@ struct WorkerOptions {
   std::string config_path;
   // This worker's fleet-wide peer id (DESIGN.md cancel keys); 1 for a lone worker.
   uint32_t peer_id = 1;
+  // Position among the pod's workers, for the static budget split.
+  int slot = 0;
+  int worker_count = 1;
   // Listening sockets created by a supervisor; empty = bind our own from the config.
   std::vector<int> inherited_listen_fds;
+  // Shared max_client_conn region from the supervisor (-1 = count locally).
+  int client_budget_fd = -1;
+  // Where sibling workers' peering sockets live (empty = no peering).
+  std::string runtime_dir;
+  // Written with one byte once the worker accepts connections (-1 = none).
+  int ready_fd = -1;
   // How long graceful shutdown waits for transactions to finish.
   absl::Duration shutdown_timeout = absl::Seconds(30);
 };
@@ -39,6 +51,8 @@ class Worker {
  private:
   class SignalHandler;
   void Reload();
+  absl::Status StartPeering();
+  void FillStats(peering::v1::WorkerStats* stats);
   void BeginShutdown();
   void CheckShutdown();
 
@@ -48,6 +62,10 @@ class Worker {
   std::unique_ptr<pool::PoolRegistry> registry_;
   std::vector<std::unique_ptr<net::Listener>> listeners_;
   std::unique_ptr<SignalHandler> signals_;
+  std::unique_ptr<peering::PeerDirectory> peers_;
+  std::unique_ptr<peering::GrpcCancelForwarder> forwarder_;
+  std::unique_ptr<peering::PeeringService> peering_service_;
+  std::unique_ptr<peering::PeeringServer> peering_server_;
   bool shutting_down_ = false;
   absl::Time shutdown_deadline_;
 };

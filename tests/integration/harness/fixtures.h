@@ -22,7 +22,7 @@ inline std::string PoolConfig(const std::string& mode, int pool_size,
                               const std::string& extra_pool = "",
                               const std::string& extra_top = "") {
   auto& pg = PgServer::Shared();
-  return absl::StrCat("databases:\n  postgres: {host: 127.0.0.1, port: ", pg.port(), "}\n",
+  return absl::StrCat("workers: 1\n", "databases:\n  postgres: {host: 127.0.0.1, port: ", pg.port(), "}\n",
                       "pool:\n  pool_mode: ", mode, "\n  default_pool_size: ", pool_size, "\n",
                       extra_pool, extra_top);
 }

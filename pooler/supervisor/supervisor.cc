@@ -1,0 +1,369 @@
+// Supervisor: worker processes, restarts, signals and rolling restarts.
+#include "pooler/supervisor/supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "pooler/base/log.h"
+#include "pooler/base/status_macros.h"
+#include "pooler/net/socket.h"
+#include "pooler/pool/client_budget.h"
+#include "pooler/protocol/cancel_key.h"
+#include "pooler/supervisor/cpu_quota.h"
+
+namespace pgfleet::supervisor {
+namespace {
+
+constexpr absl::Duration kMinBackoff = absl::Milliseconds(100);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(10);
+// A worker that lived this long is considered healthy: its next crash restarts it at once.
+constexpr absl::Duration kStableAfter = absl::Seconds(30);
+
+void ClearCloexec(int fd) {
+  int flags = fcntl(fd, F_GETFD);
+  if (flags >= 0) fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
+}
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exit_code=", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("signal=", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  }
+  return "status=unknown";
+}
+
+}  // namespace
+
+class Supervisor::SignalHandler final : public net::IoHandler {
+ public:
+  explicit SignalHandler(Supervisor* s) : s_(s) {}
+  ~SignalHandler() override {
+    if (fd_ >= 0) close(fd_);
+  }
+  absl::Status Start() {
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int sig : {SIGCHLD, SIGHUP, SIGTERM, SIGINT, SIGUSR2}) sigaddset(&mask, sig);
+    sigprocmask(SIG_BLOCK, &mask, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+    fd_ = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd_ < 0) return absl::InternalError("signalfd failed");
+    return s_->loop_.Add(fd_, this, EPOLLIN);
+  }
+  void OnIoEvent(uint32_t) override {
+    struct signalfd_siginfo info;
+    while (read(fd_, &info, sizeof(info)) == sizeof(info)) {
+      switch (info.ssi_signo) {
+        case SIGCHLD:
+          s_->ReapChildren();
+          break;
+        case SIGHUP:
+          PGFLEET_LOG(kInfo, "reload_requested", "workers=", s_->processes_.size());
+          s_->ForwardSignal(SIGHUP);
+          break;
+        case SIGUSR2:
+          s_->BeginRollingRestart("SIGUSR2");
+          break;
+        default:
+          s_->BeginShutdown(static_cast<int>(info.ssi_signo));
+          break;
+      }
+    }
+  }
+
+ private:
+  Supervisor* s_;
+  int fd_ = -1;
+};
+
+// Waits for a new worker's one-byte "ready" on its pipe (EOF = it died first).
+class Supervisor::ReadyWatcher final : public net::IoHandler {
+ public:
+  ReadyWatcher(Supervisor* s, pid_t pid, int fd) : s_(s), pid_(pid), fd_(fd) {}
+  ~ReadyWatcher() override {
+    s_->loop_.Remove(fd_);
+    close(fd_);
+  }
+  void OnIoEvent(uint32_t) override {
+    char byte;
+    ssize_t n = read(fd_, &byte, 1);
+    pid_t pid = pid_;
+    Supervisor* s = s_;
+    s->loop_.Post([s, pid] { s->ready_watchers_.erase(pid); });
+    if (n == 1) s->OnWorkerReady(pid);
+  }
+
+ private:
+  Supervisor* s_;
+  pid_t pid_;
+  int fd_;
+};
+
+Supervisor::Supervisor(SupervisorOptions options) : options_(std::move(options)) {}
+
+Supervisor::~Supervisor() {
+  ready_watchers_.clear();
+  for (int fd : tcp_fds_) close(fd);
+  if (unix_fd_ >= 0) close(unix_fd_);
+  if (budget_fd_ >= 0) close(budget_fd_);
+  if (!runtime_dir_.empty()) {
+    std::string cmd = absl::StrCat("rm -rf '", runtime_dir_, "'");
+    int ignored = system(cmd.c_str());
+    (void)ignored;
+  }
+}
+
+absl::Status Supervisor::Init() {
+  RETURN_IF_ERROR(loop_.Init());
+  // Signals first: a SIGHUP during start-up must not kill the pod.
+  signals_ = std::make_unique<SignalHandler>(this);
+  RETURN_IF_ERROR(signals_->Start());
+  ASSIGN_OR_RETURN(config_, config::LoadConfigFile(options_.config_path));
+  worker_count_ = ResolveWorkerCount(config_.workers);
+  if (worker_count_ > static_cast<int>(protocol::kMaxPeerId) / 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options_.config_path, ": workers: too many workers (", worker_count_, ")"));
+  }
+  auto dir_it = config_.peering.find("runtime_dir");
+  std::string base = dir_it != config_.peering.end() ? dir_it->second : "/tmp";
+  std::string tmpl = absl::StrCat(base, "/pgfleet.XXXXXX");
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot create runtime directory under ", base));
+  }
+  runtime_dir_ = tmpl;
+  RETURN_IF_ERROR(CreateListeners());
+  ASSIGN_OR_RETURN(budget_fd_, pool::ClientBudget::CreateSharedRegion());
+  fcntl(budget_fd_, F_SETFD, FD_CLOEXEC);  // opened to each worker explicitly in Spawn
+  backoff_.assign(static_cast<size_t>(worker_count_), kMinBackoff);
+  last_crash_.assign(static_cast<size_t>(worker_count_), absl::InfinitePast());
+  struct stat st;
+  if (stat(options_.binary_path.c_str(), &st) == 0) {
+    binary_inode_ = st.st_ino;
+    binary_mtime_ = st.st_mtim.tv_sec;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::CreateListeners() {
+  const auto& listen = config_.listen;
+  int port = listen.port;
+  for (int i = 0; i < worker_count_; ++i) {
+    ASSIGN_OR_RETURN(int fd, net::ListenTcp(listen.address, port, listen.backlog));
+    if (port == 0) port = net::BoundPort(fd);  // the rest join the port the first one got
+    tcp_fds_.push_back(fd);
+  }
+  port_ = port;
+  PGFLEET_LOG(kInfo, "listening", "address=", listen.address, " port=", port_,
+              " workers=", worker_count_);
+  if (!listen.unix_socket_dir.empty()) {
+    ASSIGN_OR_RETURN(unix_fd_, net::ListenUnix(listen.unix_socket_dir, port_, listen.backlog));
+    PGFLEET_LOG(kInfo, "listening", "unix_socket_dir=", listen.unix_socket_dir, " port=", port_);
+  }
+  return absl::OkStatus();
+}
+
+uint32_t Supervisor::NextPeerId() {
+  // Ids are never reused while a process holding them lives, so a cancel key always names the
+  // process that minted it (a draining worker and its replacement differ).
+  while (true) {
+    uint32_t id = next_peer_id_;
+    next_peer_id_ = next_peer_id_ >= protocol::kMaxPeerId ? 1 : next_peer_id_ + 1;
+    bool used = false;
+    for (const auto& [pid, p] : processes_) used |= p.peer_id == id;
+    if (!used) return id;
+  }
+}
+
+pid_t Supervisor::Spawn(int slot) {
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) return -1;
+  const uint32_t peer_id = NextPeerId();
+  std::vector<int> listen_fds = {tcp_fds_[static_cast<size_t>(slot)]};
+  if (unix_fd_ >= 0) listen_fds.push_back(unix_fd_);
+  std::vector<std::string> args = {
+      options_.binary_path,
+      "--config", options_.config_path,
+      absl::StrCat("--worker_slot=", slot),
+      absl::StrCat("--worker_count=", worker_count_),
+      absl::StrCat("--peer_id=", peer_id),
+      absl::StrCat("--runtime_dir=", runtime_dir_),
+      absl::StrCat("--listen_fds=", absl::StrJoin(listen_fds, ",")),
+      absl::StrCat("--client_budget_fd=", budget_fd_),
+      absl::StrCat("--ready_fd=", ready[1]),
+  };
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(ready[0]);
+    close(ready[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    for (int fd : listen_fds) ClearCloexec(fd);
+    ClearCloexec(budget_fd_);
+    ClearCloexec(ready[1]);
+    // Keep the control signals blocked across exec: a signal that arrives before the worker
+    // has its signalfd stays pending instead of killing it (the mask survives execv).
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int sig : {SIGHUP, SIGTERM, SIGINT, SIGUSR2}) sigaddset(&mask, sig);
+    sigprocmask(SIG_SETMASK, &mask, nullptr);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(options_.binary_path.c_str(), argv.data());
+    _exit(127);
+  }
+  close(ready[1]);
+  Process process;
+  process.slot = slot;
+  process.peer_id = peer_id;
+  process.started_at = loop_.now();
+  processes_[pid] = process;
+  auto watcher = std::make_unique<ReadyWatcher>(this, pid, ready[0]);
+  if (loop_.Add(ready[0], watcher.get(), EPOLLIN).ok()) ready_watchers_[pid] = std::move(watcher);
+  PGFLEET_LOG(kInfo, "worker_started", "slot=", slot, " pid=", pid, " peer_id=", peer_id);
+  return pid;
+}
+
+pid_t Supervisor::ActivePidForSlot(int slot) const {
+  for (const auto& [pid, p] : processes_) {
+    if (p.slot == slot && p.role == Role::kActive) return pid;
+  }
+  return -1;
+}
+
+void Supervisor::OnWorkerReady(pid_t pid) {
+  auto it = processes_.find(pid);
+  if (it == processes_.end()) return;
+  const int slot = it->second.slot;
+  // The replacement serves the slot now; the previous worker drains.
+  pid_t old = ActivePidForSlot(slot);
+  it->second.role = Role::kActive;
+  PGFLEET_LOG(kInfo, "worker_ready", "slot=", slot, " pid=", pid);
+  if (old > 0 && old != pid) {
+    processes_[old].role = Role::kDraining;
+    PGFLEET_LOG(kInfo, "worker_draining", "slot=", slot, " pid=", old);
+    kill(old, SIGTERM);
+  }
+  if (pid == rolling_new_pid_) {
+    rolling_new_pid_ = -1;
+    ContinueRollingRestart();
+  }
+}
+
+void Supervisor::ReapChildren() {
+  int status = 0;
+  pid_t pid;
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) OnChildExited(pid, status);
+}
+
+void Supervisor::OnChildExited(pid_t pid, int status) {
+  auto it = processes_.find(pid);
+  if (it == processes_.end()) return;
+  Process process = it->second;
+  processes_.erase(it);
+  ready_watchers_.erase(pid);
+  // Clients of the dead process are gone: give their max_client_conn room back.
+  pool::ClientBudget::ReleaseSlot(budget_fd_, process.peer_id);
+  if (shutting_down_) {
+    PGFLEET_LOG(kInfo, "worker_exited", "slot=", process.slot, " pid=", pid, " ",
+                DescribeExit(status));
+    if (processes_.empty()) loop_.Stop();
+    return;
+  }
+  if (process.role == Role::kDraining) {
+    PGFLEET_LOG(kInfo, "worker_drained", "slot=", process.slot, " pid=", pid, " ",
+                DescribeExit(status));
+    return;
+  }
+  PGFLEET_LOG(kError, "worker_died", "slot=", process.slot, " pid=", pid, " ",
+              DescribeExit(status), " uptime_s=",
+              absl::ToInt64Seconds(loop_.now() - process.started_at));
+  ++worker_restarts_;
+  if (pid == rolling_new_pid_) rolling_new_pid_ = -1;
+  // Only restart when nothing else serves the slot.
+  if (ActivePidForSlot(process.slot) < 0) ScheduleRestart(process.slot);
+  if (rolling_new_pid_ < 0 && !rolling_queue_.empty()) ContinueRollingRestart();
+}
+
+void Supervisor::ScheduleRestart(int slot) {
+  auto& backoff = backoff_[static_cast<size_t>(slot)];
+  auto& last = last_crash_[static_cast<size_t>(slot)];
+  const absl::Time now = loop_.now();
+  backoff = now - last > kStableAfter ? kMinBackoff : std::min(backoff * 2, kMaxBackoff);
+  last = now;
+  PGFLEET_LOG(kInfo, "worker_restart_scheduled", "slot=", slot,
+              " backoff_ms=", absl::ToInt64Milliseconds(backoff));
+  loop_.RunAfter(backoff, [this, slot] {
+    if (!shutting_down_ && ActivePidForSlot(slot) < 0) {
+      pid_t pid = Spawn(slot);
+      if (pid > 0) processes_[pid].role = Role::kActive;
+    }
+  });
+}
+
+void Supervisor::BeginRollingRestart(std::string_view why) {
+  if (shutting_down_) return;
+  if (!rolling_queue_.empty() || rolling_new_pid_ > 0) {
+    PGFLEET_LOG(kInfo, "rolling_restart_busy", "why=", why);
+    return;
+  }
+  PGFLEET_LOG(kInfo, "rolling_restart_started", "why=", why, " workers=", worker_count_);
+  for (int slot = 0; slot < worker_count_; ++slot) rolling_queue_.push_back(slot);
+  ContinueRollingRestart();
+}
+
+void Supervisor::ContinueRollingRestart() {
+  if (shutting_down_ || rolling_new_pid_ > 0) return;
+  if (rolling_queue_.empty()) {
+    PGFLEET_LOG(kInfo, "rolling_restart_done", "workers=", worker_count_);
+    return;
+  }
+  int slot = rolling_queue_.front();
+  rolling_queue_.erase(rolling_queue_.begin());
+  rolling_new_pid_ = Spawn(slot);
+  if (rolling_new_pid_ < 0) ContinueRollingRestart();
+}
+
+void Supervisor::ForwardSignal(int signo) {
+  for (const auto& [pid, p] : processes_) kill(pid, signo);
+}
+
+void Supervisor::BeginShutdown(int signo) {
+  PGFLEET_LOG(kInfo, "shutdown_requested", "signal=", signo, " workers=", processes_.size());
+  shutting_down_ = true;
+  rolling_queue_.clear();
+  ForwardSignal(signo);
+  if (processes_.empty()) loop_.Stop();
+}
+
+void Supervisor::CheckBinaryChanged() {
+  struct stat st;
+  if (stat(options_.binary_path.c_str(), &st) != 0) return;
+  if (st.st_ino == binary_inode_ && st.st_mtim.tv_sec == binary_mtime_) return;
+  binary_inode_ = st.st_ino;
+  binary_mtime_ = st.st_mtim.tv_sec;
+  BeginRollingRestart("binary changed");
+}
+
+absl::Status Supervisor::Run() {
+  for (int slot = 0; slot < worker_count_; ++slot) {
+    pid_t pid = Spawn(slot);
+    if (pid < 0) return absl::InternalError("fork failed");
+    processes_[pid].role = Role::kActive;
+  }
+  loop_.RunEvery(absl::Seconds(2), [this] { CheckBinaryChanged(); });
+  RETURN_IF_ERROR(loop_.Run());
+  PGFLEET_LOG(kInfo, "supervisor_exited", "worker_restarts=", worker_restarts_);
+  return absl::OkStatus();
+}
+
+}  // namespace pgfleet::supervisor

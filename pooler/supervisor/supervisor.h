@@ -1,0 +1,94 @@
+// The pod's supervisor: owns the listening sockets (one SO_REUSEPORT socket per worker slot,
+// created once and inherited by whichever process serves the slot), fork+execs the workers,
+// restarts the ones that die, forwards SIGHUP/SIGTERM/SIGINT, and rolls workers one at a time on
+// SIGUSR2 or when the binary on disk changes. It creates no gRPC object: workers are exec'd fresh.
+//
+// Why a rolling restart loses no connection: closing a reuseport listener on Linux resets the
+// connections queued in its backlog. Here no listener is ever closed while the pod runs. The
+// replacement worker for slot i starts on the very socket the old worker accepts on (inherited
+// from the supervisor), reports ready, and only then is the old worker told to drain: it stops
+// polling the socket but keeps it open, so connections queued or arriving meanwhile are accepted
+// by the replacement. net.ipv4.tcp_migrate_req is not needed (and is often not settable in pods).
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "pooler/config/config.h"
+#include "pooler/net/event_loop.h"
+
+namespace pgfleet::supervisor {
+
+struct SupervisorOptions {
+  std::string config_path;
+  std::string binary_path;  // what to exec for workers (default: this binary)
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(SupervisorOptions options);
+  ~Supervisor();
+
+  [[nodiscard]] absl::Status Init();
+  // Runs until every worker has exited after SIGTERM/SIGINT.
+  [[nodiscard]] absl::Status Run();
+
+  int worker_count() const { return worker_count_; }
+
+ private:
+  enum class Role { kStarting, kActive, kDraining };
+  struct Process {
+    int slot = 0;
+    uint32_t peer_id = 0;
+    Role role = Role::kStarting;
+    absl::Time started_at;
+    int ready_fd = -1;
+  };
+  class SignalHandler;
+  class ReadyWatcher;
+
+  absl::Status CreateListeners();
+  // Starts a worker for `slot`; returns its pid or -1.
+  pid_t Spawn(int slot);
+  uint32_t NextPeerId();
+  void OnWorkerReady(pid_t pid);
+  void OnChildExited(pid_t pid, int status);
+  void ReapChildren();
+  void ScheduleRestart(int slot);
+  void BeginRollingRestart(std::string_view why);
+  void ContinueRollingRestart();
+  void BeginShutdown(int signo);
+  void ForwardSignal(int signo);
+  void CheckBinaryChanged();
+  pid_t ActivePidForSlot(int slot) const;
+
+  SupervisorOptions options_;
+  net::EventLoop loop_;
+  config::Config config_;
+  int worker_count_ = 0;
+  int port_ = 0;
+  std::vector<int> tcp_fds_;  // one per slot
+  int unix_fd_ = -1;          // shared by all workers
+  int budget_fd_ = -1;
+  std::string runtime_dir_;
+  std::unique_ptr<SignalHandler> signals_;
+  std::map<pid_t, Process> processes_;
+  std::map<int, std::unique_ptr<ReadyWatcher>> ready_watchers_;  // by pid
+  std::vector<absl::Duration> backoff_;                          // per slot
+  std::vector<absl::Time> last_crash_;                           // per slot
+  uint32_t next_peer_id_ = 1;
+  bool shutting_down_ = false;
+  std::vector<int> rolling_queue_;  // slots still to roll
+  pid_t rolling_new_pid_ = -1;      // replacement we wait on
+  uint64_t worker_restarts_ = 0;
+  ino_t binary_inode_ = 0;
+  int64_t binary_mtime_ = 0;
+};
+
+}  // namespace pgfleet::supervisor
