@@ -4,7 +4,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-
 #include "pooler/protocol/cancel_key.h"
 
 namespace pgfleet::peering {
@@ -48,7 +47,7 @@ grpc::ServerUnaryReactor* PeeringService::GetWorkerStats(grpc::CallbackServerCon
 }
 
 absl::StatusOr<std::unique_ptr<PeeringServer>> PeeringServer::Start(const std::string& address,
-                                                                     PeeringService* service) {
+                                                                    PeeringService* service) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials());
   builder.RegisterService(service);

@@ -86,6 +86,8 @@ struct PoolConfig {
   absl::Duration query_wait_timeout = absl::Seconds(120);
   absl::Duration idle_transaction_timeout = absl::ZeroDuration();
   absl::Duration cancel_wait_timeout = absl::Seconds(10);
+  // SIGTERM/SIGINT: how long clients may finish their transactions before they are closed.
+  absl::Duration shutdown_timeout = absl::Seconds(30);
   std::vector<std::string> track_extra_parameters = {"IntervalStyle"};
   std::vector<std::string> ignore_startup_parameters;  // e.g. extra_float_digits
   int max_packet_size = 2147483647;

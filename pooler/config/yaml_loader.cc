@@ -315,6 +315,7 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.Duration("query_wait_timeout", pool.query_wait_timeout);
   s.Duration("idle_transaction_timeout", pool.idle_transaction_timeout);
   s.Duration("cancel_wait_timeout", pool.cancel_wait_timeout);
+  s.Duration("shutdown_timeout", pool.shutdown_timeout);
   s.StringList("track_extra_parameters", pool.track_extra_parameters);
   s.StringList("ignore_startup_parameters", pool.ignore_startup_parameters);
   s.Int("max_packet_size", pool.max_packet_size);

@@ -385,12 +385,13 @@ void Pool::Shutdown(std::string_view reason) {
   }
 }
 
-bool Pool::CloseIdleClients(std::string_view reason) {
-  for (auto* list : {&welcome_clients_, &idle_clients_, &waiting_clients_}) {
-    while (ClientConn* client = list->front()) {
-      client->Fatal(protocol::sqlstate::kAdminShutdown, reason);
-    }
+bool Pool::CloseIdleClients(std::string_view reason, absl::Time now) {
+  constexpr absl::Duration kIdleGrace = absl::Seconds(1);
+  std::vector<ClientConn*> idle;
+  for (auto* c = idle_clients_.front(); c != nullptr; c = idle_clients_.Next(c)) {
+    if (now - c->last_activity_at() > kIdleGrace && c->in().empty()) idle.push_back(c);
   }
+  for (ClientConn* c : idle) c->Fatal(protocol::sqlstate::kAdminShutdown, reason);
   return client_count() == 0;
 }
 

@@ -90,8 +90,9 @@ class Pool {
 
   // Tells every client `reason` (FATAL 57P01) and closes every connection of the pool.
   void Shutdown(std::string_view reason);
-  // Closes clients that are not inside a transaction (graceful shutdown); true when none remain.
-  bool CloseIdleClients(std::string_view reason);
+  // Graceful shutdown step: closes clients that have been idle (outside a transaction) for a
+  // moment, so one that just logged in gets to send its first query. True when none remain.
+  bool CloseIdleClients(std::string_view reason, absl::Time now);
 
   // Closes every idle server (RECONNECT, reload of connection settings).
   void CloseIdleServers(std::string_view reason);

@@ -99,7 +99,8 @@ bool PoolRegistry::ServerBudgetAllows(const Pool* pool) const {
     return false;
   }
   const int user_limit = config_->EffectiveMaxUserConnections(pool->server_user());
-  return !(user_limit < 0 || (user_limit > 0 && UserServerCount(pool->server_user()) >= user_limit));
+  return !(user_limit < 0 ||
+           (user_limit > 0 && UserServerCount(pool->server_user()) >= user_limit));
 }
 
 bool PoolRegistry::EvictIdleServerFor(const Pool* pool) {

@@ -37,8 +37,8 @@ std::optional<int> ParseCpuMax(const std::string& cpu_max) {
   if (parts.size() != 2 || parts[0] == "max") return std::nullopt;
   int64_t quota = 0;
   int64_t period = 0;
-  if (!absl::SimpleAtoi(parts[0], &quota) || !absl::SimpleAtoi(parts[1], &period) ||
-      quota <= 0 || period <= 0) {
+  if (!absl::SimpleAtoi(parts[0], &quota) || !absl::SimpleAtoi(parts[1], &period) || quota <= 0 ||
+      period <= 0) {
     return std::nullopt;
   }
   return static_cast<int>((quota + period - 1) / period);

@@ -190,7 +190,8 @@ pid_t Supervisor::Spawn(int slot) {
   if (unix_fd_ >= 0) listen_fds.push_back(unix_fd_);
   std::vector<std::string> args = {
       options_.binary_path,
-      "--config", options_.config_path,
+      "--config",
+      options_.config_path,
       absl::StrCat("--worker_slot=", slot),
       absl::StrCat("--worker_count=", worker_count_),
       absl::StrCat("--peer_id=", peer_id),
@@ -284,9 +285,8 @@ void Supervisor::OnChildExited(pid_t pid, int status) {
                 DescribeExit(status));
     return;
   }
-  PGFLEET_LOG(kError, "worker_died", "slot=", process.slot, " pid=", pid, " ",
-              DescribeExit(status), " uptime_s=",
-              absl::ToInt64Seconds(loop_.now() - process.started_at));
+  PGFLEET_LOG(kError, "worker_died", "slot=", process.slot, " pid=", pid, " ", DescribeExit(status),
+              " uptime_s=", absl::ToInt64Seconds(loop_.now() - process.started_at));
   ++worker_restarts_;
   if (pid == rolling_new_pid_) rolling_new_pid_ = -1;
   // Only restart when nothing else serves the slot.

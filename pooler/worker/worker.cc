@@ -127,7 +127,7 @@ absl::Status Worker::StartPeering() {
   auto it = config_->peering.find("forward_cancels");
   if (it == config_->peering.end() || it->second != "false") {
     forwarder_ = std::make_unique<peering::GrpcCancelForwarder>(*peers_, options_.peer_id,
-                                                               config_->pool.cancel_wait_timeout);
+                                                                config_->pool.cancel_wait_timeout);
     registry_->set_cancel_forwarder(forwarder_.get());
   }
   return absl::OkStatus();
@@ -207,9 +207,9 @@ void Worker::Reload() {
 
 void Worker::BeginShutdown() {
   PGFLEET_LOG(kInfo, "shutdown_started",
-              "timeout_s=", absl::ToInt64Seconds(options_.shutdown_timeout));
+              "timeout_s=", absl::ToInt64Seconds(config_->pool.shutdown_timeout));
   shutting_down_ = true;
-  shutdown_deadline_ = loop_.now() + options_.shutdown_timeout;
+  shutdown_deadline_ = loop_.now() + config_->pool.shutdown_timeout;
   // Stop accepting but keep the sockets open when a supervisor owns them.
   const bool own_sockets = options_.inherited_listen_fds.empty();
   for (auto& listener : listeners_) listener->Stop(own_sockets);
@@ -220,7 +220,7 @@ void Worker::BeginShutdown() {
 void Worker::CheckShutdown() {
   bool done = true;
   for (const auto& [key, pool] : registry_->pools()) {
-    if (!pool->CloseIdleClients("server shutting down")) done = false;
+    if (!pool->CloseIdleClients("server shutting down", loop_.now())) done = false;
   }
   if (registry_->client_count() > 0) done = false;
   if (done || loop_.now() > shutdown_deadline_) {

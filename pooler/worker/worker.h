@@ -31,8 +31,6 @@ struct WorkerOptions {
   std::string runtime_dir;
   // Written with one byte once the worker accepts connections (-1 = none).
   int ready_fd = -1;
-  // How long graceful shutdown waits for transactions to finish.
-  absl::Duration shutdown_timeout = absl::Seconds(30);
 };
 
 class Worker {

@@ -1,0 +1,200 @@
+// The fleet: N workers on one port, cancels forwarded to the owning worker, budgets split, a
+// killed worker restarted, and a rolling restart under load.
+#include <poll.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "tests/integration/harness/fixtures.h"
+
+namespace pgfleet::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+std::string FleetConfig(int workers, const std::string& pool_extra = "",
+                        const std::string& top_extra = "") {
+  return absl::StrCat("workers: ", workers, "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ",
+                      PgServer::Shared().port(), "}\npool:\n  pool_mode: transaction\n", pool_extra,
+                      top_extra);
+}
+
+// The worker processes under a supervisor.
+std::vector<pid_t> WorkerPids(pid_t supervisor) {
+  std::vector<pid_t> pids;
+  for (auto line : absl::StrSplit(RunCommandOutput(absl::StrCat("pgrep -P ", supervisor)), '\n')) {
+    int pid = 0;
+    if (absl::SimpleAtoi(line, &pid)) pids.push_back(pid);
+  }
+  return pids;
+}
+
+class FleetTest : public IntegrationTest {
+ protected:
+  // Starts `n` sessions each running pg_sleep(30), cancels each through the shared port and
+  // returns how many stopped within 1 s of their cancel.
+  int CancelSleepingSessions(PgfleetProcess& fleet, int n) {
+    std::vector<ConnPtr> conns;
+    for (int i = 0; i < n; ++i) {
+      conns.push_back(Connect(fleet.ConnString()));
+      EXPECT_TRUE(Ok(conns.back())) << ErrorOf(conns.back());
+      EXPECT_EQ(PQsendQuery(conns.back().get(), "SELECT pg_sleep(30)"), 1);
+    }
+    // Wait until PostgreSQL runs all of them, so no cancel reaches a still-queued client.
+    for (int i = 0; i < 200; ++i) {
+      if (pg().QueryValue("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+                          "query = 'SELECT pg_sleep(30)'") == std::to_string(n)) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    // Cancel every session through the shared port (each lands on whichever worker the kernel
+    // picks), then collect results: a session counts when it stopped within 1 s of its cancel.
+    std::vector<Clock::time_point> sent(conns.size());
+    for (size_t i = 0; i < conns.size(); ++i) {
+      PGcancel* cancel = PQgetCancel(conns[i].get());
+      char err[256];
+      PQcancel(cancel, err, sizeof(err));
+      PQfreeCancel(cancel);
+      sent[i] = Clock::now();
+    }
+    std::vector<bool> done(conns.size(), false);
+    int stopped = 0;
+    const auto deadline = Clock::now() + std::chrono::seconds(1);
+    while (Clock::now() < deadline) {
+      std::vector<pollfd> fds;
+      for (size_t i = 0; i < conns.size(); ++i) {
+        if (!done[i]) fds.push_back({PQsocket(conns[i].get()), POLLIN, 0});
+      }
+      if (fds.empty()) break;
+      poll(fds.data(), fds.size(), 20);
+      for (size_t i = 0; i < conns.size(); ++i) {
+        if (done[i]) continue;
+        PGconn* c = conns[i].get();
+        PQconsumeInput(c);
+        if (PQisBusy(c)) continue;
+        done[i] = true;
+        ResultPtr r(PQgetResult(c));
+        if (SqlState(r) == "57014" && Clock::now() - sent[i] < std::chrono::seconds(1)) ++stopped;
+      }
+    }
+    // Whatever was not cancelled must not keep sleeping into later tests.
+    pg().Exec(
+        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query = "
+        "'SELECT pg_sleep(30)' AND pid <> pg_backend_pid()");
+    return stopped;
+  }
+};
+
+TEST_F(FleetTest, CancelsReachTheOwningWorkerWhicheverWorkerReceivesThem) {
+  PgfleetProcess fleet(FleetConfig(4, "  default_pool_size: 240\n"));
+  ASSERT_EQ(WorkerPids(fleet.pid()).size(), 4u) << fleet.Log();
+  EXPECT_EQ(CancelSleepingSessions(fleet, 200), 200) << fleet.Log().substr(0, 4000);
+}
+
+TEST_F(FleetTest, WithoutForwardingMostCancelsLandOnTheWrongWorker) {
+  PgfleetProcess fleet(
+      FleetConfig(4, "  default_pool_size: 160\n", "peering:\n  forward_cancels: false\n"));
+  const int stopped = CancelSleepingSessions(fleet, 40);
+  // About 1 in 4 lands on the owner by chance; the rest are lost.
+  EXPECT_LE(stopped, 25);
+  EXPECT_GE(stopped, 1);
+}
+
+TEST_F(FleetTest, KilledWorkerIsRestartedAndThePortKeepsServing) {
+  PgfleetProcess fleet(FleetConfig(2, "  default_pool_size: 4\n"));
+  auto workers = WorkerPids(fleet.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  kill(workers[0], SIGKILL);
+  int ok = 0;
+  for (int i = 0; i < 40; ++i) {
+    auto c = Connect(fleet.ConnString());
+    if (Ok(c) && Value(c, "SELECT 'up'") == "up") ++ok;
+  }
+  EXPECT_EQ(ok, 40);
+  for (int i = 0; i < 100 && WorkerPids(fleet.pid()).size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto after = WorkerPids(fleet.pid());
+  EXPECT_EQ(after.size(), 2u);
+  EXPECT_THAT(after, ::testing::Not(::testing::Contains(workers[0])));
+  EXPECT_THAT(fleet.Log(), HasSubstr("event=worker_died"));
+}
+
+TEST_F(FleetTest, FleetRefusesMaxClientConnPlusOne) {
+  PgfleetProcess fleet(FleetConfig(4, "  default_pool_size: 8\n  max_client_conn: 10\n"));
+  std::vector<ConnPtr> held;
+  for (int i = 0; i < 10; ++i) {
+    held.push_back(Connect(fleet.ConnString()));
+    ASSERT_TRUE(Ok(held.back())) << "client " << i << ": " << ErrorOf(held.back());
+  }
+  auto extra = Connect(fleet.ConnString());
+  EXPECT_FALSE(Ok(extra));
+  EXPECT_THAT(ErrorOf(extra), HasSubstr("no more connections allowed (max_client_conn)"));
+}
+
+TEST_F(FleetTest, ServerConnectionsNeverExceedMaxDbConnections) {
+  PgfleetProcess fleet(absl::StrCat(
+      "workers: 4\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+      ", max_db_connections: 8}\npool: {pool_mode: transaction, default_pool_size: 40}\n"));
+  std::atomic<bool> stop{false};
+  std::atomic<int> max_seen{0};
+  std::atomic<int> queries{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 256; ++i) {
+    clients.emplace_back([&] {
+      auto c = Connect(fleet.ConnString());
+      for (int n = 0; n < 1000 && !stop && Ok(c); ++n) {
+        if (ResultOk(Exec(c, "SELECT pg_sleep(0.01)"))) ++queries;
+      }
+    });
+  }
+  for (int i = 0; i < 60; ++i) {  // 3 s of samples every 50 ms
+    max_seen = std::max(max_seen.load(), ServerConnections());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_LE(max_seen.load(), 8);
+  EXPECT_GE(max_seen.load(), 4);
+  EXPECT_GT(queries.load(), 256);
+}
+
+TEST_F(FleetTest, RollingRestartUnderPgbenchLosesNothing) {
+  static bool initialised = false;
+  if (!initialised) {
+    ASSERT_EQ(RunCommand(absl::StrCat("pgbench -i -q -s 1 -h 127.0.0.1 -p ", pg().port(),
+                                      " -U postgres postgres >/dev/null 2>&1")),
+              0);
+    initialised = true;
+  }
+  PgfleetProcess fleet(FleetConfig(4, "  default_pool_size: 40\n"));
+  const std::string out_path = fleet.dir() + "/pgbench.out";
+  // -C: a new connection per transaction, so every connection attempt during the restart counts.
+  std::thread bench([&] {
+    RunCommand(absl::StrCat("pgbench -n -S -C -c 64 -j 2 -T 8 -h 127.0.0.1 -p ", fleet.port(),
+                            " -U postgres postgres > ", out_path, " 2>&1; echo exit=$? >> ",
+                            out_path));
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  auto before = WorkerPids(fleet.pid());
+  fleet.Signal(SIGUSR2);
+  bench.join();
+  std::string out = RunCommandOutput("cat " + out_path);
+  EXPECT_THAT(out, HasSubstr("exit=0")) << out;
+  EXPECT_THAT(out, HasSubstr("number of failed transactions: 0 (0.000%)")) << out;
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("connection to server"))) << out;
+  EXPECT_THAT(fleet.Log(), HasSubstr("event=rolling_restart_done"));
+  auto after = WorkerPids(fleet.pid());
+  for (pid_t pid : before) EXPECT_THAT(after, ::testing::Not(::testing::Contains(pid)));
+}
+
+}  // namespace
+}  // namespace pgfleet::testing
