@@ -141,6 +141,21 @@ void ClientConn::HandleAuthData() {
 
 void ClientConn::FinishLogin() {
   const auto& config = registry_->config();
+  if (admin_console_) {
+    scram_.reset();
+    secret_.clear();
+    registry_->MoveToAdmin(this);
+    ParamSet defaults(registry_->tracked_params().size());
+    SendWelcome({{"server_version", "15.0 (pgfleet)"},
+                 {"client_encoding", "UTF8"},
+                 {"server_encoding", "UTF8"},
+                 {"DateStyle", "ISO"},
+                 {"standard_conforming_strings", "on"},
+                 {"integer_datetimes", "on"}},
+                defaults);
+    if (!closed() && !in_.empty()) HandleAdminData();
+    return;
+  }
   auto db = config.FindDatabase(database_);
   if (!db.has_value()) {
     Fatal(protocol::sqlstate::kInvalidCatalogName, base::StrCat("no such database: ", database_));

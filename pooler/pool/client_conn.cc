@@ -42,6 +42,8 @@ std::string_view ClientStateName(ClientState state) {
       return "waiting";
     case ClientState::kActive:
       return "active";
+    case ClientState::kAdmin:
+      return "admin";
     case ClientState::kClosed:
       return "closed";
   }
@@ -109,9 +111,41 @@ void ClientConn::HandleReadable() {
       // Early pipelined bytes wait in the buffer until login completes.
       if (in_.size() > kMaxQueuedBytes) SetReadEnabled(false);
       return;
+    case ClientState::kAdmin:
+      HandleAdminData();
+      return;
     default:
       HandleLoggedInData();
       return;
+  }
+}
+
+void ClientConn::HandleAdminData() {
+  // The console speaks the simple query protocol only, as PgBouncer's does.
+  while (state_ == ClientState::kAdmin && !in_.empty()) {
+    protocol::FrameHeader header;
+    auto result = protocol::PeekHeader(in_.Readable(), 1 << 20, &header);
+    if (result == protocol::FrameResult::kNeedMore) return;
+    if (result == protocol::FrameResult::kProtocolError) {
+      Fatal(protocol::sqlstate::kProtocolViolation, "invalid message length from client");
+      return;
+    }
+    if (in_.size() < header.total_size()) return;
+    std::string body(reinterpret_cast<const char*>(in_.Readable().data()) + protocol::kHeaderSize,
+                     header.body_size());
+    in_.Consume(header.total_size());
+    if (header.type == 'X') {
+      Close("client close request");
+      return;
+    }
+    if (header.type != 'Q') {
+      Fatal(protocol::sqlstate::kFeatureNotSupported,
+            "the admin console supports only the simple query protocol");
+      return;
+    }
+    std::string_view sql(body);
+    if (!sql.empty() && sql.back() == '\0') sql.remove_suffix(1);
+    registry_->admin_console()->HandleQuery(*this, sql);
   }
 }
 
@@ -201,7 +235,15 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
     Fatal(protocol::sqlstate::kTooManyConnections, "no more connections allowed (max_client_conn)");
     return;
   }
-  if (!config.FindDatabase(database_).has_value()) {
+  admin_console_ = database_ == kAdminDatabase && registry_->admin_console() != nullptr;
+  if (admin_console_) {
+    if (!registry_->admin_console()->MayConnect(user_)) {
+      ++registry_->counters().login_failures;
+      Fatal(protocol::sqlstate::kInvalidAuthorization,
+            base::StrCat("not allowed to connect to the admin console: ", user_));
+      return;
+    }
+  } else if (!config.FindDatabase(database_).has_value()) {
     ++registry_->counters().login_failures;
     Fatal(protocol::sqlstate::kInvalidCatalogName, base::StrCat("no such database: ", database_));
     return;
@@ -220,7 +262,7 @@ void ClientConn::BeginAuth() {
     ContinueAuthWithSecret(it->second);
     return;
   }
-  if (!config.auth.query.empty()) {
+  if (!config.auth.query.empty() && !admin_console_) {
     state_ = ClientState::kAuthQuery;
     registry_->RunAuthQuery(this, *config.FindDatabase(database_));
     return;

@@ -30,6 +30,7 @@ enum class ClientState {
   kIdle,       // logged in, no server, nothing to send
   kWaiting,    // has messages queued and waits for a server
   kActive,     // linked to a server
+  kAdmin,      // logged in to the admin console (no server, ever)
   kClosed,
 };
 std::string_view ClientStateName(ClientState state);
@@ -86,6 +87,10 @@ class ClientConn final : public net::Connection, public base::ListNode {
   void set_wait_started_at(absl::Time t) { wait_started_at_ = t; }
   absl::Time last_activity_at() const { return last_activity_at_; }
 
+  // Queues bytes for the client (admin console answers); false when the socket failed.
+  bool SendBytes(std::span<const uint8_t> bytes) { return Send(bytes); }
+  bool is_admin_console() const { return admin_console_; }
+
   // Sends an ErrorResponse (FATAL or ERROR) and closes. Never throws away other clients.
   void Fatal(std::string_view sqlstate, std::string_view message);
   // Sends a whole error packet already built (a server's FATAL at login) and closes.
@@ -102,6 +107,7 @@ class ClientConn final : public net::Connection, public base::ListNode {
   void ContinueAuthWithSecret(const std::string& secret);
   void FinishLogin();
   void HandleLoggedInData();
+  void HandleAdminData();
   // `flush_first` bytes... see .cc
   bool ScanAndForward();
 
@@ -127,6 +133,7 @@ class ClientConn final : public net::Connection, public base::ListNode {
   ServerConn* auth_query_server_ = nullptr;  // running our auth_query, if any
 
   bool holds_client_slot_ = false;
+  bool admin_console_ = false;
   size_t skip_remaining_ = 0;
   bool in_copy_in_ = false;
   bool unsynced_ = false;

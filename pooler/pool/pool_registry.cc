@@ -41,6 +41,7 @@ void PoolRegistry::AcceptClient(int fd, std::string peer_address) {
   ++counters_.clients_accepted;
   client->set_holds_client_slot(client_budget_.TryAcquire());
   login_clients_.PushBack(client);
+  clients_by_id_[client->id()] = client;
   PGFLEET_LOG(kDebug, "client_connect", "client=", client->id(), " addr=", client->peer_address());
 }
 
@@ -212,9 +213,21 @@ void PoolRegistry::DeleteClient(ClientConn* client) {
     base::IntrusiveList<ClientConn>::RemoveFromOwner(client);
   }
   client->set_state(ClientState::kClosed);
+  clients_by_id_.erase(client->id());
   if (client->holds_client_slot()) client_budget_.Release();
   --client_count_;
   loop_.DeferredDelete(std::unique_ptr<net::DeferredDeletable>(client));
+}
+
+void PoolRegistry::MoveToAdmin(ClientConn* client) {
+  base::IntrusiveList<ClientConn>::RemoveFromOwner(client);
+  client->set_state(ClientState::kAdmin);
+  admin_clients_.PushBack(client);
+}
+
+ClientConn* PoolRegistry::FindClient(uint64_t id) const {
+  auto it = clients_by_id_.find(id);
+  return it == clients_by_id_.end() ? nullptr : it->second;
 }
 
 void PoolRegistry::DeleteServer(ServerConn* server) {
@@ -241,6 +254,9 @@ absl::Status PoolRegistry::Reload(std::shared_ptr<const config::Config> config,
 void PoolRegistry::CloseAll(std::string_view reason) {
   std::vector<ClientConn*> clients;
   for (auto* c = login_clients_.front(); c != nullptr; c = login_clients_.Next(c)) {
+    clients.push_back(c);
+  }
+  for (auto* c = admin_clients_.front(); c != nullptr; c = admin_clients_.Next(c)) {
     clients.push_back(c);
   }
   for (ClientConn* c : clients) c->Fatal(protocol::sqlstate::kAdminShutdown, reason);

@@ -14,6 +14,7 @@
 #include "pooler/base/random.h"
 #include "pooler/config/config.h"
 #include "pooler/net/event_loop.h"
+#include "pooler/pool/admin_hook.h"
 #include "pooler/pool/cancel_registry.h"
 #include "pooler/pool/cancel_request.h"
 #include "pooler/pool/client_budget.h"
@@ -55,6 +56,17 @@ class PoolRegistry final : public CancelTarget {
   // sibling's is handed to the forwarder unless it was already forwarded once.
   CancelOutcome HandleCancel(const protocol::CancelKey& key, bool forwarded) override;
   void set_cancel_forwarder(CancelForwarder* forwarder) { forwarder_ = forwarder; }
+
+  // The admin console (null = the "pgfleet" database is an ordinary name).
+  AdminConsoleHandler* admin_console() const { return admin_console_; }
+  void set_admin_console(AdminConsoleHandler* console) { admin_console_ = console; }
+  // A logged-in console client leaves the login list for the admin list.
+  void MoveToAdmin(ClientConn* client);
+  // Live clients by id, for answers that arrive after the request (may return null).
+  ClientConn* FindClient(uint64_t id) const;
+  // Every client not in a pool (logging in or on the console), for SHOW CLIENTS.
+  const base::IntrusiveList<ClientConn>& login_clients() const { return login_clients_; }
+  const base::IntrusiveList<ClientConn>& admin_clients() const { return admin_clients_; }
   // Cancels whatever `server` runs, unconditionally, before pgfleet drops the connection.
   void CancelAbandonedQuery(const ServerConn& server);
 
@@ -103,6 +115,7 @@ class PoolRegistry final : public CancelTarget {
   uint32_t peer_id_;
   base::RandomSource& random_;
   CancelForwarder* forwarder_ = nullptr;
+  AdminConsoleHandler* admin_console_ = nullptr;
   TrackedParamNames tracked_params_;
   ClientBudget client_budget_;
   WorkerCounters counters_;
@@ -114,6 +127,8 @@ class PoolRegistry final : public CancelTarget {
   absl::flat_hash_map<std::string, int> db_server_counts_;
   absl::flat_hash_map<std::string, int> user_server_counts_;
   base::IntrusiveList<ClientConn> login_clients_;  // not yet in a pool (startup/auth)
+  base::IntrusiveList<ClientConn> admin_clients_;  // on the admin console
+  absl::flat_hash_map<uint64_t, ClientConn*> clients_by_id_;
   size_t client_count_ = 0;
   uint64_t last_connection_id_ = 0;
   net::EventLoop::TimerId janitor_timer_ = 0;
