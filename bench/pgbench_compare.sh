@@ -1,0 +1,353 @@
+#!/usr/bin/env bash
+# pgbench -S through pgfleet and through PgBouncer (same pool settings), and straight to
+# PostgreSQL as a reference, in one run, interleaved per client count. Prints TPS, the pooler's
+# CPU per transaction and its syscalls per transaction, and pgfleet/PgBouncer ratios.
+#
+# Environment (all optional):
+#   CLIENTS="32 128"     pgbench client counts
+#   DURATION=15          seconds per measured pgbench run
+#   ROUNDS=1             repeat the whole set; ratios use all rounds (sum CPU / sum transactions)
+#   WARMUP=2             seconds of pgbench per target before measuring (fills the pools)
+#   WORKERS=1            `workers:` in pgfleet's config
+#   PGBOUNCER_PROCS=1    PgBouncer processes sharing the port with so_reuseport=1
+#   TARGETS              default "direct pgbouncer:$PGBOUNCER_PROCS pgfleet:$WORKERS"; tokens are
+#                        direct, pgbouncer:N (N processes), pgfleet:N (N workers); the i-th
+#                        pgfleet token is compared with the i-th pgbouncer token. Fleet run:
+#                        TARGETS="direct pgbouncer:1 pgfleet:1 pgbouncer:16 pgfleet:16"
+#   POOL_SIZE=20         default_pool_size (pgfleet and each PgBouncer process)
+#   MAX_CLIENT_CONN=10000
+#   SCALE=10             pgbench scale factor
+#   JOBS                 pgbench threads (default: nproc/2, at least 1, at most clients)
+#   PROTOCOL=simple      pgbench -M mode
+#   SYSCALLS=auto        auto | perf | strace | off (see lib.sh)
+#   SYSCALL_PASS=separate  separate: count syscalls in an extra DURATION run per pooler and
+#                        client count, so tracing never inflates the CPU figures; same: count
+#                        during the CPU runs (shorter, but CPU/tx includes tracing overhead)
+#   PGFLEET_BIN, PGBOUNCER_BIN, PG_BINDIR, BENCH_USER, KEEP_TMP: see lib.sh
+#   RESULTS_TSV          also write the raw per-run figures to this file
+set -euo pipefail
+
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+: "${CLIENTS:=32 128}"
+: "${DURATION:=15}"
+: "${ROUNDS:=1}"
+: "${WARMUP:=2}"
+: "${WORKERS:=1}"
+: "${PGBOUNCER_PROCS:=1}"
+: "${TARGETS:=direct pgbouncer:$PGBOUNCER_PROCS pgfleet:$WORKERS}"
+: "${SCALE:=10}"
+: "${PROTOCOL:=simple}"
+: "${RESULTS_TSV:=}"
+: "${SYSCALL_PASS:=separate}"
+[[ "$SYSCALL_PASS" == separate || "$SYSCALL_PASS" == same ]] ||
+  die "SYSCALL_PASS must be separate or same"
+DB=bench
+
+check_binaries
+detect_syscall_tool
+raise_fd_limit
+make_tmpdir
+install_cleanup_trap
+if [[ " $TARGETS " == *" pgfleet"* ]]; then
+  pgfleet_private_copy
+fi
+
+echo "== pgbench_compare: pgbench -S through pgfleet vs PgBouncer vs direct"
+machine_info
+max_clients=0
+for c in $CLIENTS; do ((c > max_clients)) && max_clients=$c; done
+default_jobs=$(($(nproc) / 2))
+((default_jobs >= 1)) || default_jobs=1
+echo "settings:    clients=[$CLIENTS] duration=${DURATION}s rounds=$ROUNDS warmup=${WARMUP}s" \
+  "targets=[$TARGETS] pool_mode=transaction pool_size=$POOL_SIZE" \
+  "max_client_conn=$MAX_CLIENT_CONN scale=$SCALE protocol=$PROTOCOL" \
+  "pgbench_threads=${JOBS:-$default_jobs} syscalls=${SYSCALL_TOOL:-n/a}" \
+  "syscall_pass=$SYSCALL_PASS"
+echo "postgres:    fsync=off synchronous_commit=off full_page_writes=off autovacuum=off" \
+  "(benchmark-only cluster)"
+echo
+
+# Parse targets: name, label, kind, count.
+names=()
+declare -A LABEL=() KIND=() COUNT=() ROLE=()
+pool_conns=0
+for t in $TARGETS; do
+  kind=${t%%:*}
+  n=${t#*:}
+  [[ "$t" == *:* ]] || n=1
+  [[ "$n" =~ ^[0-9]+$ && $n -ge 1 ]] || die "bad target '$t'"
+  case "$kind" in
+  direct) name=direct label="postgres direct" ;;
+  pgbouncer) name=pgbouncer_$n label="pgbouncer x$n" pool_conns=$((pool_conns + n * POOL_SIZE)) ;;
+  pgfleet) name=pgfleet_$n label="pgfleet w$n" pool_conns=$((pool_conns + n * POOL_SIZE)) ;;
+  *) die "bad target '$t' (direct, pgbouncer:N, pgfleet:N)" ;;
+  esac
+  [[ -z "${KIND[$name]:-}" ]] || die "target '$t' given twice"
+  names+=("$name")
+  LABEL[$name]=$label
+  KIND[$name]=$kind
+  COUNT[$name]=$n
+  ROLE[$name]=b_$name
+done
+
+# Every pooler keeps its pool open while the others run; direct needs max(CLIENTS) on top.
+max_conn=$((pool_conns + max_clients + 20))
+((max_conn >= 300)) || max_conn=300
+pg_start "$max_conn"
+pg_init_bench "$DB" "$SCALE"
+for name in "${names[@]}"; do
+  pg_create_role "${ROLE[$name]}"
+  case "${KIND[$name]}" in
+  direct) direct_target "$name" ;;
+  pgbouncer) pgbouncer_start "$name" "${COUNT[$name]}" "$DB" "${ROLE[$name]}" ;;
+  pgfleet) pgfleet_start "$name" "${COUNT[$name]}" "$DB" ;;
+  esac
+done
+
+pgbench_args() { # CLIENTS PORT ROLE SECONDS
+  local c=$1 jobs=${JOBS:-$default_jobs}
+  ((jobs <= c)) || jobs=$c
+  echo "-n -S -M $PROTOCOL -c $c -j $jobs -T $4 -h 127.0.0.1 -p $2 -U $3 $DB"
+}
+
+# pooler_pids NAME: every PID of a pooler target right now (fleet workers included).
+pooler_pids() {
+  local pids=${TARGET_PIDS[$1]}
+  [[ -n "$pids" ]] || return 0
+  # shellcheck disable=SC2086
+  descendants $pids
+}
+
+failures=0
+check_alive() { # NAME: report a pooler that died
+  local name=$1 pid
+  for pid in ${TARGET_PIDS[$name]}; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "${LABEL[$name]}: process $pid is gone; log tail:"
+      # shellcheck disable=SC2086
+      tail -n 20 ${TARGET_LOGS[$name]} >&2 || true
+      return 1
+    fi
+  done
+}
+
+if ((WARMUP > 0)); then
+  for name in "${names[@]}"; do
+    log "warm-up ${LABEL[$name]}: ${WARMUP}s at $max_clients clients"
+    # shellcheck disable=SC2046
+    run_pgbench "$BENCH_TMP/warmup-$name.out" \
+      $(pgbench_args "$max_clients" "${TARGET_PORT[$name]}" "${ROLE[$name]}" "$WARMUP") ||
+      {
+        log "warm-up through ${LABEL[$name]} failed:"
+        tail -n 5 "$BENCH_TMP/warmup-$name.out" >&2
+        failures=$((failures + 1))
+      }
+  done
+fi
+
+# R[key] with key "name|clients|round|field".
+declare -A R=()
+[[ -z "$RESULTS_TSV" ]] ||
+  printf 'pass\tround\ttarget\tclients\ttps\ttransactions\tfailed\tpooler_ticks\tsyscalls\tserver_conns\tpg_ticks\tbench_ticks\tmachine_busy_ticks\telapsed_s\tclk_tck\n' >"$RESULTS_TSV"
+
+# measure NAME CLIENTS ROUND PASS: one pgbench run. PASS "cpu": TPS and CPU, no tracing;
+# "sys": syscall count only (perf attached); "both": one run for all figures.
+measure() {
+  local name=$1 c=$2 r=$3 pass=$4 out pids p0 p1 g0 g1 m0 m1 t0 t1 sc=n/a rc=0 srv="-" secs
+  out="$BENCH_TMP/run-$name-c$c-r$r-$pass.out"
+  pids=$(pooler_pids "$name")
+  if [[ "$pass" != cpu ]]; then
+    # shellcheck disable=SC2086
+    syscount_start "$out.syscalls" $pids
+  fi
+  # shellcheck disable=SC2086
+  p0=$(proc_cpu_ticks $pids)
+  g0=$(tree_cpu_ticks "$PG_PID")
+  m0=$(machine_busy_ticks)
+  t0=$(date +%s.%N)
+  # shellcheck disable=SC2046
+  run_pgbench "$out" $(pgbench_args "$c" "${TARGET_PORT[$name]}" "${ROLE[$name]}" "$DURATION") ||
+    rc=$?
+  t1=$(date +%s.%N)
+  sleep 0.2 # let the postmaster reap direct backends so their CPU lands in its cutime
+  m1=$(machine_busy_ticks)
+  g1=$(tree_cpu_ticks "$PG_PID")
+  # Re-read the PID set: a worker restarted during the run is counted via its parent.
+  # shellcheck disable=SC2046
+  p1=$(proc_cpu_ticks $(pooler_pids "$name"))
+  [[ "$pass" == cpu ]] || sc=$(syscount_stop)
+  [[ "${KIND[$name]}" == direct ]] || srv=$(pg_server_conns "${ROLE[$name]}")
+  local tps processed failed aborted
+  tps=$(pgbench_field "$out" tps)
+  processed=$(pgbench_field "$out" processed)
+  failed=$(pgbench_field "$out" failed)
+  aborted=$(pgbench_field "$out" aborted)
+  if [[ $rc -ne 0 || -z "$processed" || "$processed" -eq 0 || "$failed" -ne 0 || "$aborted" -ne 0 ]]; then
+    log "run ${LABEL[$name]} clients=$c round=$r pass=$pass: pgbench rc=$rc failed=$failed aborted=$aborted"
+    grep -iE 'error|abort|fatal' "$out" | head -n 5 >&2 || true
+    failures=$((failures + 1))
+  fi
+  check_alive "$name" || failures=$((failures + 1))
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+  local k="$name|$c|$r"
+  if [[ "$pass" != sys ]]; then
+    R[$k|tps]=${tps:-0}
+    R[$k|n]=${processed:-0}
+    R[$k|pooler]=$((p1 - p0))
+    R[$k|srv]=$srv
+    R[$k|pg]=$((g1 - g0))
+    R[$k|bench]=$BENCH_TICKS
+    R[$k|busy]=$((m1 - m0))
+    R[$k|secs]=$secs
+  fi
+  if [[ "$pass" != cpu ]]; then
+    R[$k|sys]=$sc
+    R[$k|sysn]=${processed:-0}
+  fi
+  if [[ -n "$RESULTS_TSV" ]]; then
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$pass" "$r" \
+      "${LABEL[$name]}" "$c" "${tps:-0}" "${processed:-0}" "$failed" "$((p1 - p0))" "$sc" "$srv" \
+      "$((g1 - g0))" "$BENCH_TICKS" "$((m1 - m0))" "$secs" "$CLK_TCK" >>"$RESULTS_TSV"
+  fi
+  log "  ${LABEL[$name]} clients=$c pass=$pass: tps=${tps:-?} transactions=${processed:-?}" \
+    "pooler_cpu=$(((p1 - p0) * 1000 / CLK_TCK))ms syscalls=$sc"
+}
+
+# With SYSCALL_PASS=separate (default) the perf tracepoint never runs during the runs that give
+# TPS and CPU: counting raw_syscalls makes every traced syscall take the slow path, which adds
+# pooler CPU in proportion to its syscall count. Syscalls come from an extra run per pooler.
+if [[ -z "$SYSCALL_TOOL" ]]; then
+  SYSCALL_PASS=none
+fi
+for ((r = 1; r <= ROUNDS; r++)); do
+  for c in $CLIENTS; do
+    # Rotate the order each round so no target always runs first after a client-count change.
+    n=${#names[@]}
+    for ((i = 0; i < n; i++)); do
+      name=${names[$(((i + r - 1) % n))]}
+      pass=cpu
+      [[ "$SYSCALL_PASS" != same ]] || pass=both
+      log "round $r/$ROUNDS: ${LABEL[$name]} clients=$c for ${DURATION}s ($pass)"
+      measure "$name" "$c" "$r" "$pass"
+    done
+    if [[ "$SYSCALL_PASS" == separate ]]; then
+      for ((i = 0; i < n; i++)); do
+        name=${names[$(((i + r - 1) % n))]}
+        [[ "${KIND[$name]}" != direct ]] || continue
+        log "round $r/$ROUNDS: ${LABEL[$name]} clients=$c for ${DURATION}s (syscall count)"
+        measure "$name" "$c" "$r" sys
+      done
+    fi
+  done
+done
+
+# ---------------------------------------------------------------------------------------------
+# Report. µs/tx = ticks / CLK_TCK * 1e6 / transactions. "other cores": CPU the machine spent on
+# anything but the pooler, PostgreSQL and pgbench during the run, in cores (noise from others).
+us_per_tx() { awk -v t="$1" -v n="$2" -v h="$CLK_TCK" 'BEGIN { if (n > 0) printf "%.1f", t / h * 1e6 / n; else print "n/a" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
+per_tx() { awk -v s="$1" -v n="$2" 'BEGIN { if (s ~ /^[0-9]+$/ && n > 0) printf "%.2f", s / n; else print "n/a" }'; }
+
+echo
+echo "== results (pgbench -S -M $PROTOCOL, ${DURATION}s per run, $(nproc) cores)"
+fmt='%-16s %7s %5s %10s %10s %10s %5s %9s %9s %7s\n'
+# shellcheck disable=SC2059
+printf "$fmt" target clients round TPS pooler_us/tx syscalls/tx srv pg_us/tx bench_us/tx other
+for ((r = 1; r <= ROUNDS; r++)); do
+  for c in $CLIENTS; do
+    for name in "${names[@]}"; do
+      k="$name|$c|$r"
+      n=${R[$k|n]}
+      if [[ "${KIND[$name]}" == direct ]]; then
+        pooler=n/a
+      else
+        pooler=$(us_per_tx "${R[$k|pooler]}" "$n")
+      fi
+      other=$(awk -v b="${R[$k|busy]}" -v p="${R[$k|pooler]}" -v g="${R[$k|pg]}" \
+        -v q="${R[$k|bench]}" -v s="${R[$k|secs]}" -v h="$CLK_TCK" \
+        'BEGIN { o = (b - p - g - q) / h / s; if (o < 0) o = 0; printf "%.2f", o }')
+      # shellcheck disable=SC2059
+      printf "$fmt" "${LABEL[$name]}" "$c" "$r" "$(printf '%.0f' "${R[$k|tps]}")" "$pooler" \
+        "$(per_tx "${R[$k|sys]:-n/a}" "${R[$k|sysn]:-0}")" "${R[$k|srv]}" "$(us_per_tx "${R[$k|pg]}" "$n")" \
+        "$(us_per_tx "${R[$k|bench]}" "$n")" "$other"
+    done
+  done
+done
+echo "(pooler_us/tx: pooler CPU (utime+stime, all threads and workers) per transaction;"
+echo " syscalls/tx: raw_syscalls:sys_enter of the pooler's processes per transaction"
+echo " (SYSCALL_PASS=$SYSCALL_PASS: separate = counted in an extra run, TPS/CPU come from untraced runs);"
+echo " srv: server connections the target's role holds after the run; pg/bench_us/tx: CPU of"
+echo " PostgreSQL and pgbench per transaction; other: cores busy with anything else on the machine)"
+
+# Ratios: i-th pgfleet target vs i-th pgbouncer target, summed over rounds.
+fleets=()
+bouncers=()
+for name in "${names[@]}"; do
+  case "${KIND[$name]}" in
+  pgfleet) fleets+=("$name") ;;
+  pgbouncer) bouncers+=("$name") ;;
+  esac
+done
+pairs=${#fleets[@]}
+((${#bouncers[@]} < pairs)) && pairs=${#bouncers[@]}
+if ((pairs > 0)); then
+  echo
+  echo "== ratios pgfleet / pgbouncer (all rounds; < 1 is better for CPU and syscalls)"
+  fmt2='%-28s %7s %9s %12s %12s %14s\n'
+  # shellcheck disable=SC2059
+  printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (f / b)"
+  for ((i = 0; i < pairs; i++)); do
+    pf=${fleets[$i]}
+    pb=${bouncers[$i]}
+    for c in $CLIENTS; do
+      declare -A S=()
+      for who in pf pb; do
+        name=${!who}
+        S[$who|tps]=0 S[$who|n]=0 S[$who|cpu]=0 S[$who|sys]=0 S[$who|sysn]=0 S[$who|sysok]=1
+        for ((r = 1; r <= ROUNDS; r++)); do
+          k="$name|$c|$r"
+          S[$who|tps]=$(awk -v a="${S[$who|tps]}" -v b="${R[$k|tps]}" 'BEGIN { print a + b }')
+          S[$who|n]=$((${S[$who|n]} + ${R[$k|n]}))
+          S[$who|cpu]=$((${S[$who|cpu]} + ${R[$k|pooler]}))
+          if [[ "${R[$k|sys]:-}" =~ ^[0-9]+$ ]]; then
+            S[$who|sys]=$((${S[$who|sys]} + ${R[$k|sys]}))
+            S[$who|sysn]=$((${S[$who|sysn]} + ${R[$k|sysn]}))
+          else
+            S[$who|sysok]=0
+          fi
+        done
+      done
+      cpu_pf=$(us_per_tx "${S[pf|cpu]}" "${S[pf|n]}")
+      cpu_pb=$(us_per_tx "${S[pb|cpu]}" "${S[pb|n]}")
+      if [[ "${S[pf|sysok]}" == 1 && "${S[pb|sysok]}" == 1 ]]; then
+        sys_r=$(ratio "$(per_tx "${S[pf|sys]}" "${S[pf|sysn]}")" \
+          "$(per_tx "${S[pb|sys]}" "${S[pb|sysn]}")")
+      else
+        sys_r=n/a
+      fi
+      # shellcheck disable=SC2059
+      printf "$fmt2" "${LABEL[$pf]} / ${LABEL[$pb]}" "$c" "$(ratio "${S[pf|tps]}" "${S[pb|tps]}")" \
+        "$(ratio "$cpu_pf" "$cpu_pb")" "$sys_r" "$cpu_pf / $cpu_pb"
+      unset S
+    done
+  done
+fi
+
+echo
+echo "loadavg after: $(cut -d' ' -f1-3 /proc/loadavg)"
+for name in "${names[@]}"; do
+  [[ "${KIND[$name]}" == pgfleet ]] || continue
+  # shellcheck disable=SC2086
+  errs=$(grep -ciE 'level=(error|warn)|fatal|panic' ${TARGET_LOGS[$name]} || true)
+  if [[ "$errs" != 0 ]]; then
+    echo "${LABEL[$name]} log: $errs error/warning line(s), first ones:"
+    # shellcheck disable=SC2086
+    grep -iE 'level=(error|warn)|fatal|panic' ${TARGET_LOGS[$name]} | head -n 10 | sed 's/^/  /'
+  fi
+done
+if ((failures > 0)); then
+  echo "FAILED: $failures run(s) had errors (logs kept in $BENCH_TMP)"
+  exit 1
+fi
