@@ -91,6 +91,12 @@ struct PoolConfig {
   std::vector<std::string> track_extra_parameters = {"IntervalStyle"};
   std::vector<std::string> ignore_startup_parameters;  // e.g. extra_float_digits
   int max_packet_size = 2147483647;
+  // Clients of one worker between their startup packet and the end of authentication (password
+  // exchange, auth_query); more are refused with 53300. Per worker, not split. 0 = unlimited.
+  int max_concurrent_logins = 0;
+  // CancelRequests accepted per second from one source address by one worker (a token bucket
+  // holding one second's worth); the rest are dropped and counted. 0 = unlimited.
+  int cancel_rate_limit = 100;
   int pkt_buf = 4096;
   bool tcp_keepalive = true;
 };
@@ -101,6 +107,10 @@ struct AuthConfig {
   std::string query;   // auth_query; empty = disabled
   std::string user;    // auth_user: who runs auth_query (password from `file`)
   std::string dbname;  // auth_dbname: database auth_query runs in; empty = the client's database
+  // auth_hba_file: pg_hba.conf-format rules (pooler/auth/hba.h); empty = every client may try
+  // `type`. When set, the first matching rule's method replaces `type` for that client, and a
+  // client no rule matches is refused.
+  std::string hba_file;
 };
 
 struct AdminConfig {
@@ -152,11 +162,11 @@ struct Config {
 // Loads and validates a YAML config file. Errors are InvalidArgument (NotFound etc. when the file
 // cannot be read); each problem is one line naming the file, the key and, when known, the line:
 // `/etc/pgfleet.yaml: pool.default_pool_size: expected a non-negative integer, got "abc" (line 4)`.
-// Every problem found is reported, not just the first. A relative auth.file is resolved against
-// the config file's directory.
+// Every problem found is reported, not just the first. A relative auth.file or auth.hba_file is
+// resolved against the config file's directory.
 absl::StatusOr<Config> LoadConfigFile(const std::string& path);
 // Same, from text; `source_name` stands in for the file name in errors, becomes `source_path`,
-// and its directory (if it has one) anchors a relative auth.file.
+// and its directory (if it has one) anchors a relative auth.file or auth.hba_file.
 absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string& source_name);
 
 // The semantic checks LoadConfig* run (ranges, required combinations such as md5 needing

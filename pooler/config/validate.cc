@@ -85,6 +85,8 @@ void CheckPool(const PoolConfig& pool, std::vector<Issue>& issues) {
   CheckAtLeast(issues, "pool.max_prepared_statements", pool.max_prepared_statements, 0);
   CheckAtLeast(issues, "pool.max_packet_size", pool.max_packet_size, 1);
   CheckAtLeast(issues, "pool.pkt_buf", pool.pkt_buf, 1);
+  CheckAtLeast(issues, "pool.max_concurrent_logins", pool.max_concurrent_logins, 0);
+  CheckAtLeast(issues, "pool.cancel_rate_limit", pool.cancel_rate_limit, 0);
   const std::pair<const char*, absl::Duration> durations[] = {
       {"pool.reserve_pool_timeout", pool.reserve_pool_timeout},
       {"pool.server_check_delay", pool.server_check_delay},

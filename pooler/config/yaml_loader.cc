@@ -319,6 +319,8 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.StringList("track_extra_parameters", pool.track_extra_parameters);
   s.StringList("ignore_startup_parameters", pool.ignore_startup_parameters);
   s.Int("max_packet_size", pool.max_packet_size);
+  s.Int("max_concurrent_logins", pool.max_concurrent_logins);
+  s.Int("cancel_rate_limit", pool.cancel_rate_limit);
   s.Int("pkt_buf", pool.pkt_buf);
   s.Bool("tcp_keepalive", pool.tcp_keepalive);
 }
@@ -420,6 +422,7 @@ bool ReadRoot(Loader& loader, const YAML::Node& root, Config& config) {
     auth.String("query", config.auth.query);
     auth.String("user", config.auth.user);
     auth.String("dbname", config.auth.dbname);
+    auth.String("hba_file", config.auth.hba_file);
     auth.Finish();
   }
   if (const YAML::Node* node = s.Child("admin", &line)) {
@@ -481,9 +484,9 @@ absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string
 
   // userlist.txt usually sits next to the config; a path relative to the process's working
   // directory would break as soon as the pooler is started from elsewhere.
-  if (!config.auth.file.empty() && config.auth.file.front() != '/') {
-    const std::filesystem::path dir = std::filesystem::path(source_name).parent_path();
-    if (!dir.empty()) config.auth.file = (dir / config.auth.file).string();
+  const std::filesystem::path dir = std::filesystem::path(source_name).parent_path();
+  for (std::string* path : {&config.auth.file, &config.auth.hba_file}) {
+    if (!path->empty() && path->front() != '/' && !dir.empty()) *path = (dir / *path).string();
   }
   return config;
 }

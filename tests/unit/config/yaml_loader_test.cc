@@ -380,6 +380,37 @@ TEST(YamlLoaderTest, RelativeAuthFileIsResolvedAgainstConfigDirectory) {
   EXPECT_EQ(absolute->auth.file, "/srv/userlist.txt");
 }
 
+TEST(YamlLoaderTest, RelativeHbaFileIsResolvedAgainstConfigDirectory) {
+  auto relative = LoadConfigText("databases: {app: {}}\nauth: {hba_file: pg_hba.conf}\n",
+                                 "/etc/pgfleet/pgfleet.yaml");
+  ASSERT_TRUE(relative.ok()) << relative.status();
+  EXPECT_EQ(relative->auth.hba_file, "/etc/pgfleet/pg_hba.conf");
+  auto absolute = LoadConfigText("databases: {app: {}}\nauth: {hba_file: /srv/hba.conf}\n",
+                                 "/etc/pgfleet/pgfleet.yaml");
+  ASSERT_TRUE(absolute.ok()) << absolute.status();
+  EXPECT_EQ(absolute->auth.hba_file, "/srv/hba.conf");
+  auto none = LoadConfigText("databases: {app: {}}\n", "/etc/pgfleet/pgfleet.yaml");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->auth.hba_file, "");
+}
+
+TEST(YamlLoaderTest, AbuseLimitsHaveDefaultsAndRejectNegatives) {
+  auto defaults = LoadConfigText("databases: {app: {}}\n", "/etc/pgfleet.yaml");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->pool.max_concurrent_logins, 0);
+  EXPECT_EQ(defaults->pool.cancel_rate_limit, 100);
+  auto set = LoadConfigText(
+      "databases: {app: {}}\npool: {max_concurrent_logins: 50, cancel_rate_limit: 0}\n",
+      "/etc/pgfleet.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->pool.max_concurrent_logins, 50);
+  EXPECT_EQ(set->pool.cancel_rate_limit, 0);
+  EXPECT_THAT(ErrorOf("databases: {app: {}}\npool: {max_concurrent_logins: -1}\n"),
+              HasSubstr("pool.max_concurrent_logins"));
+  EXPECT_THAT(ErrorOf("databases: {app: {}}\npool: {cancel_rate_limit: -5}\n"),
+              HasSubstr("pool.cancel_rate_limit"));
+}
+
 TEST(YamlLoaderTest, LoadConfigFileReadsAndNamesTheFile) {
   const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "pgfleet_cfg";
   std::filesystem::create_directories(dir);
