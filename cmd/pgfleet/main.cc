@@ -1,5 +1,6 @@
 // pgfleet: the pod's PostgreSQL pooler. `--config FILE` serves, `--check-config FILE` validates,
 // `--version` prints the version.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,8 +46,23 @@ int CheckConfig(const std::string& path) {
     std::fprintf(stderr, "%s\n", std::string(userlist.status().message()).c_str());
     return 1;
   }
+  auto hba = pgfleet::worker::LoadHbaFor(*config);
+  if (!hba.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(hba.status().message()).c_str());
+    return 1;
+  }
   std::printf("%s: configuration is valid\n", path.c_str());
   return 0;
+}
+
+// Each client is a descriptor: raise the soft RLIMIT_NOFILE to the hard limit (often 1024 soft
+// vs. 1M hard in containers), so max_client_conn is not capped by a default nobody chose. Workers
+// inherit it. Best effort: a failure leaves the limit as it was.
+void RaiseFileLimit() {
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  (void)setrlimit(RLIMIT_NOFILE, &limit);
 }
 
 int RunSupervisor(const std::string& config_path) {
@@ -109,6 +125,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: pgfleet --config FILE | --check-config FILE | --version\n");
     return 2;
   }
+  RaiseFileLimit();
   if (absl::GetFlag(FLAGS_worker_slot) < 0) return RunSupervisor(config_path);
   pgfleet::worker::WorkerOptions options;
   options.config_path = config_path;

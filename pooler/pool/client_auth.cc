@@ -1,6 +1,7 @@
 // Client authentication: md5 and SCRAM-SHA-256 challenges against the user's stored secret.
 #include <sys/socket.h>
 
+#include "pooler/auth/hba.h"
 #include "pooler/auth/md5.h"
 #include "pooler/auth/secret.h"
 #include "pooler/base/log.h"
@@ -28,7 +29,7 @@ constexpr uint32_t kMaxAuthMessage = 16 * 1024;
 void ClientConn::ContinueAuthWithSecret(const std::string& secret) {
   secret_ = secret;
   const auto kind = auth::ClassifySecret(secret);
-  const auto type = registry_->config().auth.type;
+  const auto type = EffectiveAuthType();
   protocol::StringSink sink;
   bool use_scram = type == config::AuthType::kScramSha256 ||
                    (type == config::AuthType::kMd5 && kind == auth::SecretKind::kScramSha256);
@@ -140,6 +141,7 @@ void ClientConn::HandleAuthData() {
 }
 
 void ClientConn::FinishLogin() {
+  EndLogin();
   const auto& config = registry_->config();
   if (admin_console_) {
     scram_.reset();
@@ -184,6 +186,54 @@ void ClientConn::FinishLogin() {
   scram_.reset();
   secret_.clear();
   pool_->AddClient(this);
+}
+
+bool ClientConn::AdmitLogin() {
+  if (const auth::HbaRules* hba = registry_->hba()) {
+    auth::HbaClient client;
+    client.database = database_;
+    client.user = user_;
+    // An address the listener never writes matches no rule, so it is refused.
+    const auth::HbaRule* rule =
+        auth::ParsePeerAddress(peer_address_, &client) ? hba->Match(client) : nullptr;
+    if (rule == nullptr || rule->method == auth::HbaMethod::kReject) {
+      ++registry_->counters().clients_rejected_hba;
+      PGFLEET_LOG(kWarning, "client_hba_rejected", "client=", id_, " addr=", peer_address_,
+                  " user=", base::LogQuote(user_), " db=", base::LogQuote(database_),
+                  " rule_line=", rule != nullptr ? rule->line : 0);
+      Fatal(protocol::sqlstate::kInvalidAuthorization, auth::HbaRefusalMessage(client, rule));
+      return false;
+    }
+    switch (rule->method) {
+      case auth::HbaMethod::kTrust:
+        hba_auth_type_ = config::AuthType::kTrust;
+        break;
+      case auth::HbaMethod::kMd5:
+        hba_auth_type_ = config::AuthType::kMd5;
+        break;
+      case auth::HbaMethod::kScramSha256:
+      case auth::HbaMethod::kReject:
+        hba_auth_type_ = config::AuthType::kScramSha256;
+        break;
+    }
+  }
+  if (!registry_->TryBeginLogin()) {
+    Fatal(protocol::sqlstate::kTooManyConnections,
+          "too many logins in progress (max_concurrent_logins)");
+    return false;
+  }
+  holds_login_slot_ = true;
+  return true;
+}
+
+void ClientConn::EndLogin() {
+  if (!holds_login_slot_) return;
+  holds_login_slot_ = false;
+  registry_->EndLogin();
+}
+
+config::AuthType ClientConn::EffectiveAuthType() const {
+  return hba_auth_type_.value_or(registry_->config().auth.type);
 }
 
 }  // namespace pgfleet::pool

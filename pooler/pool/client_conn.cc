@@ -89,6 +89,15 @@ void ClientConn::HandleReadable() {
     case ReadResult::kWouldBlock:
       return;
     case ReadResult::kEof:
+      // Half-closed inside a packet: the client can still read why it is dropped.
+      if (((state_ == ClientState::kStartup || state_ == ClientState::kAuth) && !in_.empty()) ||
+          skip_remaining_ > 0) {
+        ++registry_->counters().protocol_errors;
+        Fatal(protocol::sqlstate::kProtocolViolation, state_ == ClientState::kStartup
+                                                          ? "incomplete startup packet"
+                                                          : "incomplete message from client");
+        return;
+      }
       Close(state_ == ClientState::kActive ? "client disconnected with query in progress"
                                            : "client unexpected eof");
       return;
@@ -180,6 +189,10 @@ void ClientConn::HandleStartupData() {
     }
     if (packet->kind == protocol::StartupKind::kCancelRequest) {
       ++registry_->counters().cancels_received;
+      if (!registry_->AllowCancelFrom(peer_address_)) {
+        Close("cancel request rate limited");
+        return;
+      }
       if (packet->cancel_secret.size() == protocol::kCancelSecretSize) {
         protocol::CancelKey key;
         key.pid = packet->cancel_pid;
@@ -230,6 +243,7 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
     return;
   }
   if (database_.empty()) database_ = user_;
+  if (!AdmitLogin()) return;
   if (!holds_client_slot_) {
     ++registry_->counters().clients_rejected_max_client_conn;
     Fatal(protocol::sqlstate::kTooManyConnections, "no more connections allowed (max_client_conn)");
@@ -253,7 +267,7 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
 
 void ClientConn::BeginAuth() {
   const auto& config = registry_->config();
-  if (config.auth.type == config::AuthType::kTrust) {
+  if (EffectiveAuthType() == config::AuthType::kTrust) {
     FinishLogin();
     return;
   }
@@ -284,6 +298,7 @@ void ClientConn::OnAuthQueryResult(bool found, const std::string& secret, std::s
 
 void ClientConn::Close(std::string_view reason) {
   if (state_ == ClientState::kClosed) return;
+  EndLogin();
   PGFLEET_LOG(kInfo, "client_disconnect", "client=", id_, " addr=", peer_address_,
               " user=", base::LogQuote(user_), " db=", base::LogQuote(database_),
               " state=", ClientStateName(state_), " reason=", base::LogQuote(reason));

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "pooler/auth/scram.h"
 #include "pooler/base/intrusive_list.h"
+#include "pooler/config/config.h"
 #include "pooler/net/connection.h"
 #include "pooler/pool/param_sync.h"
 #include "pooler/protocol/cancel_key.h"
@@ -104,6 +105,13 @@ class ClientConn final : public net::Connection, public base::ListNode {
   void HandleStartupPacket(const protocol::StartupPacket& packet);
   void HandleAuthData();
   void BeginAuth();
+  // auth.hba_file and pool.max_concurrent_logins, once user and database are known: false when
+  // the client was refused (and closed). client_auth.cc.
+  [[nodiscard]] bool AdmitLogin();
+  // Gives back the login slot AdmitLogin took (FinishLogin and Close call it).
+  void EndLogin();
+  // The method this client authenticates with: its hba rule's, else auth.type.
+  config::AuthType EffectiveAuthType() const;
   void ContinueAuthWithSecret(const std::string& secret);
   void FinishLogin();
   void HandleLoggedInData();
@@ -133,6 +141,8 @@ class ClientConn final : public net::Connection, public base::ListNode {
   ServerConn* auth_query_server_ = nullptr;  // running our auth_query, if any
 
   bool holds_client_slot_ = false;
+  bool holds_login_slot_ = false;                  // pool.max_concurrent_logins
+  std::optional<config::AuthType> hba_auth_type_;  // the matching hba rule's method
   bool admin_console_ = false;
   size_t skip_remaining_ = 0;
   bool in_copy_in_ = false;

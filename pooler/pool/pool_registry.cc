@@ -283,4 +283,27 @@ void PoolRegistry::Janitor() {
   for (auto& [key, pool] : pools_) pool->Maintain(now);
 }
 
+bool PoolRegistry::TryBeginLogin() {
+  const int limit = config_->pool.max_concurrent_logins;
+  if (limit > 0 && logins_in_progress_ >= static_cast<size_t>(limit)) {
+    ++counters_.clients_rejected_max_concurrent_logins;
+    return false;
+  }
+  ++logins_in_progress_;
+  return true;
+}
+
+bool PoolRegistry::AllowCancelFrom(std::string_view peer_address) {
+  cancel_limiter_.set_per_second(config_->pool.cancel_rate_limit);
+  bool first_denial = false;
+  if (cancel_limiter_.Allow(SourceOf(peer_address), loop_.now(), &first_denial)) return true;
+  ++counters_.cancels_rate_limited;
+  if (first_denial) {
+    PGFLEET_LOG(kWarning, "cancel_rate_limited", "addr=", SourceOf(peer_address),
+                " limit_per_s=", config_->pool.cancel_rate_limit,
+                " total=", counters_.cancels_rate_limited);
+  }
+  return false;
+}
+
 }  // namespace pgfleet::pool

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "pooler/auth/hba.h"
 #include "pooler/auth/userlist.h"
 #include "pooler/base/intrusive_list.h"
 #include "pooler/base/random.h"
@@ -20,6 +21,7 @@
 #include "pooler/pool/client_budget.h"
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/pool.h"
+#include "pooler/pool/rate_limiter.h"
 #include "pooler/pool/stats.h"
 #include "pooler/protocol/cancel_key.h"
 
@@ -102,6 +104,19 @@ class PoolRegistry final : public CancelTarget {
   // Starts `request` (registered, connecting) and keeps it until it finishes.
   void TrackCancelRequest(std::unique_ptr<CancelRequestConn> request);
 
+  // auth.hba_file's rules (null = no hba file: every client may try auth.type). Set by the worker
+  // at start and on reload; a client is checked once, when its startup packet arrives.
+  const auth::HbaRules* hba() const { return hba_.get(); }
+  void set_hba(std::shared_ptr<const auth::HbaRules> hba) { hba_ = std::move(hba); }
+  // pool.max_concurrent_logins: takes a login slot (false = the worker is at the cap); each
+  // successful TryBeginLogin is paired with one EndLogin.
+  [[nodiscard]] bool TryBeginLogin();
+  void EndLogin() { --logins_in_progress_; }
+  size_t logins_in_progress() const { return logins_in_progress_; }
+  // pool.cancel_rate_limit: true when a CancelRequest from `peer_address` may be acted on; a
+  // refused one is counted, and logged once per burst from that address.
+  [[nodiscard]] bool AllowCancelFrom(std::string_view peer_address);
+
   uint64_t NextConnectionId() { return ++last_connection_id_; }
   void DeleteClient(ClientConn* client);
   void DeleteServer(ServerConn* server);
@@ -132,6 +147,9 @@ class PoolRegistry final : public CancelTarget {
   size_t client_count_ = 0;
   uint64_t last_connection_id_ = 0;
   net::EventLoop::TimerId janitor_timer_ = 0;
+  std::shared_ptr<const auth::HbaRules> hba_;
+  size_t logins_in_progress_ = 0;
+  RateLimiter cancel_limiter_{0};
 };
 
 }  // namespace pgfleet::pool

@@ -28,6 +28,9 @@ struct WorkerCounters {
   uint64_t servers_opened = 0;
   uint64_t server_login_failures = 0;
   uint64_t protocol_errors = 0;
+  uint64_t cancels_rate_limited = 0;                    // pool.cancel_rate_limit
+  uint64_t clients_rejected_max_concurrent_logins = 0;  // pool.max_concurrent_logins
+  uint64_t clients_rejected_hba = 0;                    // auth.hba_file: reject or no rule
 };
 
 }  // namespace pgfleet::pool

@@ -55,6 +55,12 @@ absl::StatusOr<auth::Userlist> LoadUserlistFor(const config::Config& config) {
   return auth::LoadUserlistFile(config.auth.file);
 }
 
+absl::StatusOr<std::shared_ptr<const auth::HbaRules>> LoadHbaFor(const config::Config& config) {
+  if (config.auth.hba_file.empty()) return std::shared_ptr<const auth::HbaRules>();
+  ASSIGN_OR_RETURN(auth::HbaRules rules, auth::LoadHbaFile(config.auth.hba_file));
+  return std::make_shared<const auth::HbaRules>(std::move(rules));
+}
+
 Worker::Worker(WorkerOptions options) : options_(std::move(options)) {}
 
 Worker::~Worker() = default;
@@ -63,6 +69,7 @@ absl::Status Worker::Init() {
   RETURN_IF_ERROR(loop_.Init());
   ASSIGN_OR_RETURN(config::Config fleet_config, config::LoadConfigFile(options_.config_path));
   ASSIGN_OR_RETURN(auth::Userlist userlist, LoadUserlistFor(fleet_config));
+  ASSIGN_OR_RETURN(std::shared_ptr<const auth::HbaRules> hba, LoadHbaFor(fleet_config));
   config_ = std::make_shared<const config::Config>(
       config::ShareForWorker(fleet_config, options_.slot, options_.worker_count));
   base::SetLogPrefix(base::StrCat("worker=", options_.slot, " peer_id=", options_.peer_id));
@@ -71,6 +78,7 @@ absl::Status Worker::Init() {
   if (config_->log.level == "error") base::SetLogLevel(base::LogLevel::kError);
   registry_ = std::make_unique<pool::PoolRegistry>(loop_, config_, std::move(userlist),
                                                    options_.peer_id, base::SystemRandom());
+  registry_->set_hba(std::move(hba));
   if (options_.client_budget_fd >= 0) {
     RETURN_IF_ERROR(
         registry_->client_budget().AttachShared(options_.client_budget_fd, options_.peer_id));
@@ -195,6 +203,12 @@ void Worker::Reload() {
                 "error=", base::LogQuote(base::Sv(userlist.status().message())));
     return;
   }
+  auto hba = LoadHbaFor(*config);
+  if (!hba.ok()) {
+    PGFLEET_LOG(kError, "reload_failed",
+                "error=", base::LogQuote(base::Sv(hba.status().message())));
+    return;
+  }
   config_ = std::make_shared<const config::Config>(
       config::ShareForWorker(*config, options_.slot, options_.worker_count));
   auto status = registry_->Reload(config_, *std::move(userlist));
@@ -202,6 +216,7 @@ void Worker::Reload() {
     PGFLEET_LOG(kError, "reload_failed", "error=", base::LogQuote(base::Sv(status.message())));
     return;
   }
+  registry_->set_hba(*std::move(hba));
   PGFLEET_LOG(kInfo, "reloaded", "config=", options_.config_path);
 }
 

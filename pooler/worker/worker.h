@@ -70,5 +70,7 @@ class Worker {
 
 // Loads the auth file named by `config` (empty list when none).
 absl::StatusOr<auth::Userlist> LoadUserlistFor(const config::Config& config);
+// Loads auth.hba_file (null when the config names none).
+absl::StatusOr<std::shared_ptr<const auth::HbaRules>> LoadHbaFor(const config::Config& config);
 
 }  // namespace pgfleet::worker
