@@ -9,5 +9,7 @@ apt-get install -y -qq --no-install-recommends \
   libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libssl-dev \
   libgtest-dev libgmock-dev googletest \
   postgresql postgresql-contrib libpq-dev postgresql-client \
-  pgbouncer clang-format procps iproute2 >/dev/null
+  pgbouncer clang-format procps iproute2 \
+  clang libclang-rt-14-dev >/dev/null
+# clang + libclang-rt-14-dev: libFuzzer and the sanitizer runtimes for tests/fuzz/run.sh.
 # Debian starts a cluster on 5432 when postgresql is installed; our scripts start their own.

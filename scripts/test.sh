@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test of pgfleet on a Debian 12 machine: installs what it needs (as root), builds with
 # warnings as errors, then runs unit tests, integration tests against a real PostgreSQL that the
-# harness starts itself, the pgbench soak through pgfleet, and the Helm/manifest checks.
+# harness starts itself, each libFuzzer target for a bounded time, the pgbench soak through pgfleet,
+# and the Helm/manifest checks.
 #
 #   scripts/test.sh            # everything
 #   SKIP_INSTALL=1 scripts/test.sh
+#   FUZZ_SECONDS=60 scripts/test.sh   # longer fuzzing (default 20 s per target); SKIP_FUZZ=1 skips
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +27,12 @@ export PGFLEET_BIN
 
 failed=0
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 || failed=1
+
+# libFuzzer targets (clang, ASan+UBSan) over their seed corpora; a crash fails the run.
+# FUZZ_SECONDS per target (6 targets); SKIP_FUZZ=1 skips them.
+if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
+  FUZZ_SECONDS=${FUZZ_SECONDS:-20} tests/fuzz/run.sh || failed=1
+fi
 
 if [[ -x bench/soak.sh ]]; then
   DURATION=${SOAK_DURATION:-30} bench/soak.sh || failed=1
