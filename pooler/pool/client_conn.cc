@@ -90,8 +90,7 @@ void ClientConn::HandleReadable() {
       return;
     case ReadResult::kEof:
       // Half-closed inside a packet: the client can still read why it is dropped.
-      if (((state_ == ClientState::kStartup || state_ == ClientState::kAuth) && !in_.empty()) ||
-          skip_remaining_ > 0) {
+      if (EndsInsidePacket()) {
         ++registry_->counters().protocol_errors;
         Fatal(protocol::sqlstate::kProtocolViolation, state_ == ClientState::kStartup
                                                           ? "incomplete startup packet"
@@ -127,6 +126,20 @@ void ClientConn::HandleReadable() {
       HandleLoggedInData();
       return;
   }
+}
+
+bool ClientConn::EndsInsidePacket() const {
+  if (skip_remaining_ > 0) return true;  // a message being relayed in pieces
+  const auto data = in_.Readable();
+  if (state_ == ClientState::kStartup) return !data.empty();
+  size_t pos = 0;
+  while (pos < data.size()) {
+    if (data.size() - pos < protocol::kHeaderSize) return true;
+    const size_t total = size_t{protocol::LoadBigEndian32(data.data() + pos + 1)} + 1;
+    if (data.size() - pos < total) return true;
+    pos += total;
+  }
+  return false;
 }
 
 void ClientConn::HandleAdminData() {
@@ -406,6 +419,11 @@ bool ClientConn::RelayToServer() {
     if (result == protocol::FrameResult::kProtocolError) {
       ++registry_->counters().protocol_errors;
       Fatal(protocol::sqlstate::kProtocolViolation, "invalid message length from client");
+      return false;
+    }
+    if (absl::Status valid = protocol::CheckFrontendHeader(header); !valid.ok()) {
+      ++registry_->counters().protocol_errors;
+      Fatal(protocol::sqlstate::kProtocolViolation, base::Sv(valid.message()));
       return false;
     }
     switch (header.type) {

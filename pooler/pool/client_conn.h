@@ -112,6 +112,9 @@ class ClientConn final : public net::Connection, public base::ListNode {
   void EndLogin();
   // The method this client authenticates with: its hba rule's, else auth.type.
   config::AuthType EffectiveAuthType() const;
+  // True when the bytes received so far end inside a packet (a startup packet or message cut
+  // short, or one being relayed in pieces): at EOF such a client gets a FATAL, not silence.
+  bool EndsInsidePacket() const;
   void ContinueAuthWithSecret(const std::string& secret);
   void FinishLogin();
   void HandleLoggedInData();

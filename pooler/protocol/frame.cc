@@ -3,6 +3,8 @@
 
 #include <array>
 
+#include "absl/strings/str_cat.h"
+
 #include "pooler/protocol/reader.h"
 
 namespace pgfleet::protocol {
@@ -43,6 +45,40 @@ FrameResult PeekStartupLength(std::span<const uint8_t> data, uint32_t* length) {
 }
 
 bool FrontendNeedsBody(uint8_t type) { return kFrontendNeedsBody[type]; }
+
+absl::Status CheckFrontendHeader(const FrameHeader& header) {
+  // PostgreSQL's PQ_SMALL_MESSAGE_LIMIT and PQ_LARGE_MESSAGE_LIMIT (src/include/libpq/libpq.h),
+  // compared with the length word as pq_getmessage() does.
+  constexpr uint32_t kSmall = 10000;
+  constexpr uint32_t kLarge = 0x3fffffff - 1;
+  uint32_t limit = 0;
+  switch (header.type) {
+    case 'B':
+    case 'F':
+    case 'P':
+    case 'Q':
+    case 'd':
+      limit = kLarge;
+      break;
+    case 'C':
+    case 'D':
+    case 'E':
+    case 'X':
+    case 'f':
+      limit = kSmall;
+      break;
+    case 'H':
+    case 'S':
+    case 'c':
+      limit = 4;  // no body
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid frontend message type ", static_cast<int>(header.type)));
+  }
+  if (header.length > limit) return absl::InvalidArgumentError("invalid message length");
+  return absl::OkStatus();
+}
 bool BackendNeedsBody(uint8_t type) { return kBackendNeedsBody[type]; }
 
 }  // namespace pgfleet::protocol

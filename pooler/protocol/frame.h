@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <span>
 
+#include "absl/status/status.h"
+
 namespace pgfleet::protocol {
 
 inline constexpr size_t kHeaderSize = 5;         // type byte + Int32 length
@@ -37,6 +39,15 @@ FrameResult PeekStartupLength(std::span<const uint8_t> data, uint32_t* length);
 // Which message bodies the relay must see whole (all others stream through in pieces). One
 // constant table per direction, shared by every connection (STYLE.md example 4).
 bool FrontendNeedsBody(uint8_t type);
+
+// What PostgreSQL itself accepts from a logged-in client (postgres.c SocketBackend): a known type
+// (Bind, Close, CopyData/Done/Fail, Describe, Execute, Flush, FunctionCall, Parse, Query, Sync,
+// Terminate), within that type's length limit (PQ_SMALL_MESSAGE_LIMIT = 10000 for the small
+// ones), and no body for Flush, Sync and CopyDone. InvalidArgument (the text PostgreSQL uses) for
+// anything else. The relay checks every header with it: a message the server would answer with a
+// FATAL or an ERROR that needs no reply must never reach a server that is shared, or the answer
+// lands on the next client given that server.
+absl::Status CheckFrontendHeader(const FrameHeader& header);
 bool BackendNeedsBody(uint8_t type);
 
 }  // namespace pgfleet::protocol

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/byte_sink.h"
@@ -208,6 +209,44 @@ TEST(NeedsBodyTest, BackendTable) {
     EXPECT_FALSE(BackendNeedsBody(static_cast<uint8_t>(type))) << type;
   }
   EXPECT_FALSE(BackendNeedsBody(0xff));
+}
+
+FrameHeader Header(char type, uint32_t length) {
+  return FrameHeader{static_cast<uint8_t>(type), length};
+}
+
+TEST(CheckFrontendHeaderTest, AcceptsEveryMessageTypePostgresAcceptsAfterLogin) {
+  for (char type : {'B', 'C', 'd', 'c', 'f', 'D', 'E', 'H', 'F', 'P', 'Q', 'S', 'X'}) {
+    EXPECT_TRUE(CheckFrontendHeader(Header(type, 4)).ok()) << type;
+  }
+}
+
+TEST(CheckFrontendHeaderTest, UnknownTypeIsRefusedInPostgresWords) {
+  for (char type : {'z', 'p', 'R', 'Z', '\0'}) {
+    absl::Status status = CheckFrontendHeader(Header(type, 8));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << type;
+    EXPECT_EQ(status.message(), absl::StrCat("invalid frontend message type ",
+                                             static_cast<int>(static_cast<uint8_t>(type))));
+  }
+  EXPECT_FALSE(CheckFrontendHeader(Header(static_cast<char>(0xff), 8)).ok());
+}
+
+TEST(CheckFrontendHeaderTest, SmallTypesStopAtPostgresSmallMessageLimit) {
+  for (char type : {'C', 'D', 'E', 'X', 'f'}) {
+    EXPECT_TRUE(CheckFrontendHeader(Header(type, 10000)).ok()) << type;
+    EXPECT_EQ(CheckFrontendHeader(Header(type, 10001)).message(), "invalid message length") << type;
+  }
+  for (char type : {'B', 'F', 'P', 'Q', 'd'}) {
+    EXPECT_TRUE(CheckFrontendHeader(Header(type, 0x3ffffffe)).ok()) << type;
+    EXPECT_FALSE(CheckFrontendHeader(Header(type, 0x3fffffff)).ok()) << type;
+  }
+}
+
+TEST(CheckFrontendHeaderTest, FlushSyncAndCopyDoneCarryNoBody) {
+  for (char type : {'H', 'S', 'c'}) {
+    EXPECT_TRUE(CheckFrontendHeader(Header(type, 4)).ok()) << type;
+    EXPECT_FALSE(CheckFrontendHeader(Header(type, 5)).ok()) << type;
+  }
 }
 
 }  // namespace
