@@ -10,6 +10,8 @@ apt-get install -y -qq --no-install-recommends \
   libgtest-dev libgmock-dev googletest \
   postgresql postgresql-contrib libpq-dev postgresql-client \
   pgbouncer clang-format procps iproute2 \
-  clang libclang-rt-14-dev >/dev/null
+  clang libclang-rt-14-dev prometheus python3-yaml >/dev/null
 # clang + libclang-rt-14-dev: libFuzzer and the sanitizer runtimes for tests/fuzz/run.sh.
+# prometheus + python3-yaml: tests/integration/metrics_test.cc runs a real Prometheus against the
+# dashboard's and the alerts' queries (tests/integration/promql_check.py).
 # Debian starts a cluster on 5432 when postgresql is installed; our scripts start their own.
