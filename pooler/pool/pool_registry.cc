@@ -51,6 +51,7 @@ Pool* PoolRegistry::GetOrCreatePool(const config::DatabaseConfig& db, const std:
   if (it != pools_.end()) return it->second.get();
   auto pool = std::make_unique<Pool>(this, db, user);
   Pool* raw = pool.get();
+  if (pause_state_.IsPaused(db.name)) raw->SetPaused(true);
   pools_.emplace(std::move(key), std::move(pool));
   return raw;
 }
