@@ -262,21 +262,29 @@ class Section {
 };
 
 // Stores any YAML under `prefix` as flattened "a.b.0" -> scalar text.
-void Flatten(const YAML::Node& node, const std::string& prefix,
-             std::map<std::string, std::string>& out) {
+// Free-form sections are small; the bound is on nodes visited, not on bytes, because YAML aliases
+// let a few hundred bytes name 10^9 nodes ("billion laughs"), which a plain walk would expand.
+constexpr size_t kMaxFreeFormNodes = 10000;
+
+// Returns false, leaving `out` partial, once `budget` nodes have been visited.
+bool Flatten(const YAML::Node& node, const std::string& prefix,
+             std::map<std::string, std::string>& out, size_t& budget) {
+  if (budget == 0) return false;
+  --budget;
   if (node.IsMap()) {
     for (auto it = node.begin(); it != node.end(); ++it) {
-      Flatten(it->second, JoinPath(prefix, it->first.Scalar()), out);
+      if (!Flatten(it->second, JoinPath(prefix, it->first.Scalar()), out, budget)) return false;
     }
   } else if (node.IsSequence()) {
     for (size_t i = 0; i < node.size(); ++i) {
-      Flatten(node[i], JoinPath(prefix, absl::StrCat(i)), out);
+      if (!Flatten(node[i], JoinPath(prefix, absl::StrCat(i)), out, budget)) return false;
     }
   } else if (node.IsScalar()) {
     out[prefix] = node.Scalar();
   } else {
     out[prefix] = "";
   }
+  return true;
 }
 
 void ReadFreeForm(Loader& loader, Section& root, absl::string_view key,
@@ -288,7 +296,13 @@ void ReadFreeForm(Loader& loader, Section& root, absl::string_view key,
     loader.Report(std::string(key), absl::StrCat("expected a mapping, got ", KindOf(*node)), line);
     return;
   }
-  Flatten(*node, "", out);
+  size_t budget = kMaxFreeFormNodes;
+  if (!Flatten(*node, "", out, budget)) {
+    loader.Report(std::string(key),
+                  absl::StrCat("more than ", kMaxFreeFormNodes,
+                               " values (are aliases expanding into a huge tree?)"),
+                  line);
+  }
 }
 
 void ReadPool(Section& s, PoolConfig& pool) {

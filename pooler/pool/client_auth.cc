@@ -51,14 +51,16 @@ void ClientConn::ContinueAuthWithSecret(const std::string& secret) {
     } else {
       uint8_t salt[16];
       registry_->random().Fill(salt);
-      // A secret for an unknown user is derived from random bytes, so no proof can match.
-      std::string password = secret_;
-      if (password.empty()) {
-        uint8_t junk[32];
-        registry_->random().Fill(junk);
-        password.assign(reinterpret_cast<char*>(junk), sizeof(junk));
+      if (secret_.empty()) {
+        // An unknown user gets random keys, so no proof can match. No PBKDF2 for them: 4096
+        // rounds on the event loop per attempt would let unauthenticated clients stall the worker.
+        scram_secret.iterations = auth::kDefaultScramIterations;
+        scram_secret.salt.assign(salt, salt + sizeof(salt));
+        registry_->random().Fill(scram_secret.stored_key);
+        registry_->random().Fill(scram_secret.server_key);
+      } else {
+        scram_secret = auth::MakeScramSecret(secret_, salt, auth::kDefaultScramIterations);
       }
-      scram_secret = auth::MakeScramSecret(password, salt, auth::kDefaultScramIterations);
     }
     scram_.emplace(std::move(scram_secret), registry_->random());
     scram_first_done_ = false;
@@ -193,6 +195,7 @@ bool ClientConn::AdmitLogin() {
     auth::HbaClient client;
     client.database = database_;
     client.user = user_;
+    client.tls = false;  // TODO(issue 8): true once the client has negotiated TLS (hostssl)
     // An address the listener never writes matches no rule, so it is refused.
     const auth::HbaRule* rule =
         auth::ParsePeerAddress(peer_address_, &client) ? hba->Match(client) : nullptr;

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -409,6 +410,23 @@ TEST(YamlLoaderTest, AbuseLimitsHaveDefaultsAndRejectNegatives) {
               HasSubstr("pool.max_concurrent_logins"));
   EXPECT_THAT(ErrorOf("databases: {app: {}}\npool: {cancel_rate_limit: -5}\n"),
               HasSubstr("pool.cancel_rate_limit"));
+}
+
+TEST(YamlLoaderTest, AliasBombInAFreeFormSectionIsAnErrorNotAHang) {
+  // Nine levels of ten aliases each: 10^9 values from a few hundred bytes. Before the walk was
+  // bounded this hung --check-config and SIGHUP reload (and a fuzz run, as a timeout).
+  std::string text = "databases: {app: {}}\npeering:\n  l0: &l0 [1,1,1,1,1,1,1,1,1,1]\n";
+  for (int level = 1; level < 9; ++level) {
+    absl::StrAppend(&text, "  l", level, ": &l", level, " [");
+    for (int i = 0; i < 10; ++i) absl::StrAppend(&text, i == 0 ? "" : ",", "*l", level - 1);
+    absl::StrAppend(&text, "]\n");
+  }
+  EXPECT_THAT(ErrorOf(text), HasSubstr("peering: more than 10000 values"));
+  // Aliases that stay small are fine.
+  auto small =
+      LoadConfigText("databases: {app: {}}\npeering: {a: &a [x, y], b: *a}\n", "/etc/pgfleet.yaml");
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->peering.at("b.1"), "y");
 }
 
 TEST(YamlLoaderTest, LoadConfigFileReadsAndNamesTheFile) {
