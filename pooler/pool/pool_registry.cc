@@ -296,12 +296,12 @@ bool PoolRegistry::TryBeginLogin() {
 
 bool PoolRegistry::AllowCancelFrom(std::string_view peer_address) {
   cancel_limiter_.set_per_second(config_->pool.cancel_rate_limit);
-  bool first_denial = false;
-  if (cancel_limiter_.Allow(SourceOf(peer_address), loop_.now(), &first_denial)) return true;
+  uint64_t refused = 0;
+  if (cancel_limiter_.Allow(SourceOf(peer_address), loop_.now(), &refused)) return true;
   ++counters_.cancels_rate_limited;
-  if (first_denial) {
+  if (refused > 0) {
     PGFLEET_LOG(kWarning, "cancel_rate_limited", "addr=", SourceOf(peer_address),
-                " limit_per_s=", config_->pool.cancel_rate_limit,
+                " limit_per_s=", config_->pool.cancel_rate_limit, " refused=", refused,
                 " total=", counters_.cancels_rate_limited);
   }
   return false;

@@ -117,7 +117,7 @@ class PoolRegistry final : public CancelTarget {
   void EndLogin() { --logins_in_progress_; }
   size_t logins_in_progress() const { return logins_in_progress_; }
   // pool.cancel_rate_limit: true when a CancelRequest from `peer_address` may be acted on; a
-  // refused one is counted, and logged once per burst from that address.
+  // refused one is counted, and logged at most once per 10 s per address (with the count).
   [[nodiscard]] bool AllowCancelFrom(std::string_view peer_address);
 
   uint64_t NextConnectionId() { return ++last_connection_id_; }

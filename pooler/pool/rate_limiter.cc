@@ -14,8 +14,8 @@ void RateLimiter::Refill(Bucket& bucket, absl::Time now) const {
   bucket.updated = now;
 }
 
-bool RateLimiter::Allow(std::string_view source, absl::Time now, bool* first_denial) {
-  if (first_denial != nullptr) *first_denial = false;
+bool RateLimiter::Allow(std::string_view source, absl::Time now, uint64_t* report_refused) {
+  if (report_refused != nullptr) *report_refused = 0;
   if (per_second_ <= 0) return true;
   auto it = buckets_.find(base::Av(source));
   if (it == buckets_.end()) {
@@ -29,19 +29,24 @@ bool RateLimiter::Allow(std::string_view source, absl::Time now, bool* first_den
       for (const std::string& key : full) buckets_.erase(key);
       if (buckets_.size() >= max_sources_) buckets_.clear();
     }
-    it = buckets_.emplace(std::string(source), Bucket{static_cast<double>(per_second_), now, false})
-             .first;
+    Bucket fresh;
+    fresh.tokens = per_second_;
+    fresh.updated = now;
+    it = buckets_.emplace(std::string(source), fresh).first;
   } else {
     Refill(it->second, now);
   }
   Bucket& bucket = it->second;
   if (bucket.tokens >= 1.0) {
     bucket.tokens -= 1.0;
-    bucket.denied = false;
     return true;
   }
-  if (first_denial != nullptr) *first_denial = !bucket.denied;
-  bucket.denied = true;
+  ++bucket.refused;
+  if (report_refused != nullptr && now - bucket.reported >= kReportInterval) {
+    *report_refused = bucket.refused;
+    bucket.refused = 0;
+    bucket.reported = now;
+  }
   return false;
 }
 

@@ -20,10 +20,15 @@ class RateLimiter {
   explicit RateLimiter(int per_second, size_t max_sources = 4096)
       : per_second_(per_second), max_sources_(max_sources) {}
 
-  // Takes one token from `source`'s bucket: true when it had one (the request may proceed).
-  // `*first_denial` (optional) is set when this is the first refusal since `source` was last
-  // allowed, so callers can log once per burst instead of once per request.
-  [[nodiscard]] bool Allow(std::string_view source, absl::Time now, bool* first_denial = nullptr);
+  // Takes one token from `source`'s bucket: true when it had one (the request may proceed). When
+  // `report_refused` is given and a refusal should be logged, it is set to the number of refusals
+  // from `source` since its last report (else to 0): the first refusal is reported, then at most
+  // one every `kReportInterval`, so a sustained flood costs a log line per interval, not per
+  // request.
+  [[nodiscard]] bool Allow(std::string_view source, absl::Time now,
+                           uint64_t* report_refused = nullptr);
+
+  static constexpr absl::Duration kReportInterval = absl::Seconds(10);
 
   void set_per_second(int per_second) { per_second_ = per_second; }
   size_t source_count() const { return buckets_.size(); }
@@ -32,7 +37,8 @@ class RateLimiter {
   struct Bucket {
     double tokens = 0;
     absl::Time updated;
-    bool denied = false;  // the last request was refused
+    absl::Time reported = absl::InfinitePast();  // last refusal report
+    uint64_t refused = 0;                        // refusals since then
   };
   // Refills `bucket` up to `now`.
   void Refill(Bucket& bucket, absl::Time now) const;

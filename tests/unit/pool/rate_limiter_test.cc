@@ -34,18 +34,30 @@ TEST(RateLimiterTest, ZeroMeansUnlimited) {
   EXPECT_EQ(limiter.source_count(), 0u);
 }
 
-TEST(RateLimiterTest, ReportsTheFirstDenialOfEachBurstOnly) {
+TEST(RateLimiterTest, ReportsTheFirstRefusalThenOncePerInterval) {
   RateLimiter limiter(1);
-  bool first = true;
-  EXPECT_TRUE(limiter.Allow("a", kStart, &first));
-  EXPECT_FALSE(first);
-  EXPECT_FALSE(limiter.Allow("a", kStart, &first));
-  EXPECT_TRUE(first);
-  EXPECT_FALSE(limiter.Allow("a", kStart, &first));
-  EXPECT_FALSE(first);
-  EXPECT_TRUE(limiter.Allow("a", kStart + absl::Seconds(1), &first));
-  EXPECT_FALSE(limiter.Allow("a", kStart + absl::Seconds(1), &first));
-  EXPECT_TRUE(first);
+  uint64_t report = 99;
+  EXPECT_TRUE(limiter.Allow("a", kStart, &report));
+  EXPECT_EQ(report, 0u);
+  EXPECT_FALSE(limiter.Allow("a", kStart, &report));
+  EXPECT_EQ(report, 1u);  // the first refusal is reported at once
+  // A sustained flood: a token now and then, refusals in between, one report per interval.
+  int reports = 0;
+  uint64_t reported_refusals = 1;
+  for (int ms = 1; ms <= 25000; ++ms) {
+    (void)limiter.Allow("a", kStart + absl::Milliseconds(ms), &report);
+    if (report > 0) {
+      ++reports;
+      reported_refusals += report;
+    }
+  }
+  EXPECT_EQ(reports, 2);  // at 10 s and 20 s
+  EXPECT_GT(reported_refusals, 19000u);
+  // Nothing is reported without the out-parameter, and other sources report on their own.
+  EXPECT_FALSE(limiter.Allow("a", kStart + absl::Seconds(25)));
+  EXPECT_TRUE(limiter.Allow("b", kStart + absl::Seconds(25), &report));
+  EXPECT_FALSE(limiter.Allow("b", kStart + absl::Seconds(25), &report));
+  EXPECT_EQ(report, 1u);
 }
 
 TEST(RateLimiterTest, MemoryStaysBoundedWithManySources) {
