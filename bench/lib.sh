@@ -327,8 +327,9 @@ pg_server_conns() {
 : "${MAX_CLIENT_CONN:=10000}"
 
 # Per target: TARGET_PORT[name], TARGET_PID[name] (supervisor / first process),
-# TARGET_PIDS[name] (all top-level PIDs we started for it), TARGET_LOGS[name].
-declare -A TARGET_PORT=() TARGET_PID=() TARGET_PIDS=() TARGET_LOGS=()
+# TARGET_PIDS[name] (all top-level PIDs we started for it), TARGET_LOGS[name],
+# TARGET_METRICS[name] (pgfleet's /metrics host:port, empty when off).
+declare -A TARGET_PORT=() TARGET_PID=() TARGET_PIDS=() TARGET_LOGS=() TARGET_METRICS=()
 
 # pgfleet_private_copy: with PGFLEET_COPY=1, copy PGFLEET_BIN into the temporary directory
 # once and point PGFLEET_BIN at the copy. Call it early (right after make_tmpdir), so a rebuild
@@ -354,6 +355,14 @@ pgfleet_start() {
   dir="$BENCH_TMP/$name"
   free_port
   port=$FREE_PORT
+  # /metrics on a free port (the default 9127 would collide between runs); PGFLEET_METRICS=off
+  # turns the endpoint and the workers' snapshots off (bench/metrics_overhead.sh).
+  local metrics_listen=""
+  if [[ "${PGFLEET_METRICS:-on}" != off ]]; then
+    free_port
+    metrics_listen="127.0.0.1:$FREE_PORT"
+  fi
+  TARGET_METRICS[$name]=$metrics_listen
   mkdir -p "$dir"
   cat >"$dir/pgfleet.yaml" <<EOF
 listen: {address: 127.0.0.1, port: $port, unix_socket_dir: $dir}
@@ -366,6 +375,7 @@ pool:
   max_client_conn: $MAX_CLIENT_CONN
 auth: {type: trust}
 log: {level: ${PGFLEET_LOG_LEVEL:-info}, log_connections: false, log_disconnections: false}
+metrics: {listen: "$metrics_listen"}
 EOF
   # DESIGN.md's contract is --check-config; some builds only know absl's spelling --check_config.
   if ! "$PGFLEET_BIN" --check-config "$dir/pgfleet.yaml" >"$dir/check.log" 2>&1; then

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace pgfleet::peering {
 
@@ -18,6 +19,9 @@ class PeerDirectory {
   std::optional<std::string> TargetFor(uint32_t peer_id) const;
   // The socket path this worker serves on.
   std::string SocketPathFor(uint32_t peer_id) const;
+  // Peer ids of every worker socket in the runtime directory (this pod's workers, including the
+  // caller's own), ascending.
+  std::vector<uint32_t> ListPeers() const;
   const std::string& runtime_dir() const { return runtime_dir_; }
 
  private:

@@ -36,12 +36,31 @@ grpc::ServerUnaryReactor* PeeringService::ForwardCancel(grpc::CallbackServerCont
 }
 
 grpc::ServerUnaryReactor* PeeringService::GetWorkerStats(grpc::CallbackServerContext* context,
-                                                         const v1::GetWorkerStatsRequest*,
+                                                         const v1::GetWorkerStatsRequest* request,
                                                          v1::WorkerStats* reply) {
   auto* reactor = context->DefaultReactor();
-  loop_.Post([this, reply, reactor] {
-    stats_(reply);
+  loop_.Post([this, request, reply, reactor] {
+    stats_(*request, reply);
     reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PeeringService::AdminCommand(grpc::CallbackServerContext* context,
+                                                       const v1::AdminCommandRequest* request,
+                                                       v1::AdminCommandReply* reply) {
+  auto* reactor = context->DefaultReactor();
+  if (!admin_) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no admin console"));
+    return reactor;
+  }
+  // The request and reply live until Finish(); the loop answers, now or once the command is done
+  // (PAUSE waits for linked transactions to finish).
+  loop_.Post([this, request, reply, reactor] {
+    admin_(*request, [reply, reactor](const v1::AdminCommandReply& answer) {
+      *reply = answer;
+      reactor->Finish(grpc::Status::OK);
+    });
   });
   return reactor;
 }

@@ -19,7 +19,11 @@ class Server;
 namespace pgfleet::peering {
 
 // Fills a WorkerStats on the loop thread.
-using StatsProvider = std::function<void(v1::WorkerStats*)>;
+using StatsProvider = std::function<void(const v1::GetWorkerStatsRequest&, v1::WorkerStats*)>;
+// Runs an admin console command on the loop thread and calls `done` (on the loop thread, now or
+// later) with the answer.
+using AdminCommandHandler = std::function<void(
+    const v1::AdminCommandRequest&, std::function<void(const v1::AdminCommandReply&)> done)>;
 
 class PeeringService final : public v1::Peering::CallbackService {
  public:
@@ -31,11 +35,18 @@ class PeeringService final : public v1::Peering::CallbackService {
   grpc::ServerUnaryReactor* GetWorkerStats(grpc::CallbackServerContext* context,
                                            const v1::GetWorkerStatsRequest* request,
                                            v1::WorkerStats* reply) override;
+  grpc::ServerUnaryReactor* AdminCommand(grpc::CallbackServerContext* context,
+                                         const v1::AdminCommandRequest* request,
+                                         v1::AdminCommandReply* reply) override;
+
+  // Set before the server starts (null = AdminCommand answers UNIMPLEMENTED).
+  void set_admin_handler(AdminCommandHandler handler) { admin_ = std::move(handler); }
 
  private:
   net::EventLoop& loop_;
   pool::CancelTarget& cancels_;
   StatsProvider stats_;
+  AdminCommandHandler admin_;
 };
 
 // A started gRPC server listening on `address` ("unix:/path" or "host:port").

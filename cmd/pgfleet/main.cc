@@ -28,6 +28,8 @@ ABSL_FLAG(std::string, runtime_dir, "", "internal: directory of the workers' pee
 ABSL_FLAG(std::vector<std::string>, listen_fds, {}, "internal: inherited listening sockets");
 ABSL_FLAG(int, client_budget_fd, -1, "internal: shared max_client_conn region");
 ABSL_FLAG(int, ready_fd, -1, "internal: pipe to report readiness on");
+ABSL_FLAG(int, metrics_fd, -1, "internal: shared metrics snapshot region");
+ABSL_FLAG(uint32_t, metrics_slot, 0, "internal: this worker's slot in the metrics region");
 
 #ifndef PGFLEET_VERSION
 #define PGFLEET_VERSION "dev"
@@ -135,6 +137,8 @@ int main(int argc, char** argv) {
   options.runtime_dir = absl::GetFlag(FLAGS_runtime_dir);
   options.client_budget_fd = absl::GetFlag(FLAGS_client_budget_fd);
   options.ready_fd = absl::GetFlag(FLAGS_ready_fd);
+  options.metrics_fd = absl::GetFlag(FLAGS_metrics_fd);
+  options.metrics_slot = absl::GetFlag(FLAGS_metrics_slot);
   for (const auto& fd : absl::GetFlag(FLAGS_listen_fds)) {
     options.inherited_listen_fds.push_back(std::stoi(fd));
   }

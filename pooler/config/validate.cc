@@ -171,10 +171,11 @@ void CheckConfig(const Config& config, std::vector<Issue>& issues) {
   CheckAuth(config.auth, issues);
   CheckNames(issues, "admin.users", config.admin.users);
   CheckNames(issues, "admin.stats_users", config.admin.stats_users);
-  if (!IsHostPort(config.metrics.listen)) {
+  // Empty turns the endpoint (and the workers' snapshots) off, e.g. to measure their cost.
+  if (!config.metrics.listen.empty() && !IsHostPort(config.metrics.listen)) {
     Add(issues, "metrics.listen",
         absl::StrCat("expected host:port such as 127.0.0.1:9127, got \"", config.metrics.listen,
-                     "\""));
+                     "\" (\"\" turns metrics off)"));
   }
   const std::string& level = config.log.level;
   if (level != "debug" && level != "info" && level != "warning" && level != "error") {

@@ -335,6 +335,7 @@ void ClientConn::FatalRaw(std::span<const uint8_t> error_message) {
 
 void ClientConn::Fatal(std::string_view sqlstate, std::string_view message) {
   if (closed()) return;
+  registry_->counters().CountError(sqlstate);
   protocol::StringSink sink;
   protocol::BuildErrorResponse(sink, "FATAL", sqlstate, message);
   (void)Send(AsBytes(sink.bytes()));

@@ -108,7 +108,7 @@ void Pool::AddClient(ClientConn* client) {
 void Pool::RequestServer(ClientConn* client) {
   const absl::Time now = registry_->loop().now();
   client->set_wait_started_at(now);
-  if (waiting_clients_.empty()) {
+  if (waiting_clients_.empty() && !paused_) {
     if (ServerConn* server = TakeIdleServer(now)) {
       Link(client, server);
       return;
@@ -124,8 +124,8 @@ void Pool::Link(ClientConn* client, ServerConn* server) {
   MoveClient(client, ClientState::kActive);
   server->Attach(client);
   client->Attach(server);
-  stats_.wait_time_us +=
-      static_cast<uint64_t>(absl::ToInt64Microseconds(now - client->wait_started_at()));
+  stats_.RecordWait(
+      static_cast<uint64_t>(absl::ToInt64Microseconds(now - client->wait_started_at())));
   ++stats_.server_assignments;
   std::string sql;
   if (BuildParamSync(registry_->tracked_params(), client->params(), server->params(), &sql)) {
@@ -174,6 +174,7 @@ void Pool::ServeWaiting() {
       server->Close("write failed");
     }
   }
+  if (paused_) return;
   while (!waiting_clients_.empty()) {
     ServerConn* server = TakeIdleServer(now);
     if (server == nullptr) break;
@@ -189,6 +190,7 @@ void Pool::ServeWaiting() {
 }
 
 bool Pool::CanLaunch(bool use_reserve) const {
+  if (paused_) return false;
   if (registry_->loop().now() < next_connect_allowed_) return false;
   int limit = pool_size() + (use_reserve ? registry_->config().EffectiveReservePoolSize(db_) : 0);
   if (static_cast<int>(server_count()) >= limit) return false;
@@ -276,8 +278,8 @@ void Pool::ReleaseServer(ServerConn* server) {
   ClientConn* client = server->client();
   if (client != nullptr) {
     ++stats_.transactions;
-    stats_.transaction_time_us +=
-        static_cast<uint64_t>(absl::ToInt64Microseconds(now - server->linked_at()));
+    stats_.RecordTransaction(
+        static_cast<uint64_t>(absl::ToInt64Microseconds(now - server->linked_at())));
     server->Detach();
     client->Detach();
     MoveClient(client, ClientState::kIdle);

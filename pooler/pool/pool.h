@@ -3,6 +3,7 @@
 // and when a server goes back to the pool.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -99,6 +100,22 @@ class Pool {
   // An idle server of this pool to give up so another pool of the same database may open one.
   bool EvictOneIdleServer();
 
+  // --- admin console (pool_admin.cc) ---
+  // PAUSE/KILL: while paused no client is given a server and no server is opened; clients queue
+  // (query_wait_timeout still applies) and linked transactions finish. Resuming serves the queue.
+  void SetPaused(bool paused);
+  bool paused() const { return paused_; }
+  // True once a pause has drained: no server is linked to a client.
+  bool PauseDrained() const { return active_servers_.empty(); }
+  // RECONNECT: closes idle servers now and every other server when it is released.
+  void Reconnect();
+  // True while some server is marked to close at its next release (WAIT_CLOSE).
+  bool HasServersToClose() const;
+  // Every client / server of the pool, in state-list order (SHOW CLIENTS/SERVERS).
+  void ForEachClient(const std::function<void(const ClientConn&)>& fn) const;
+  void ForEachServer(const std::function<void(const ServerConn&)>& fn) const;
+  size_t welcome_client_count() const { return welcome_clients_.size(); }
+
  private:
   void Link(ClientConn* client, ServerConn* server);
   void ServeWaiting();
@@ -137,6 +154,7 @@ class Pool {
   int reserve_in_use_ = 0;
   absl::Time next_connect_allowed_ = absl::InfinitePast();
   int consecutive_connect_failures_ = 0;
+  bool paused_ = false;
 };
 
 }  // namespace pgfleet::pool

@@ -408,8 +408,8 @@ bool ServerConn::OnBackendMessage(uint8_t type, std::span<const uint8_t> body) {
       if (client_ != nullptr) {
         auto& stats = pool_->stats();
         ++stats.queries;
-        stats.query_time_us +=
-            static_cast<uint64_t>(absl::ToInt64Microseconds(loop_.now() - query_started_at_));
+        stats.RecordQuery(
+            static_cast<uint64_t>(absl::ToInt64Microseconds(loop_.now() - query_started_at_)));
       }
       return client_ != nullptr;
     }
@@ -429,6 +429,9 @@ bool ServerConn::OnBackendMessage(uint8_t type, std::span<const uint8_t> body) {
         return false;
       }
       ++pool_->stats().errors;
+      if (auto fields = protocol::ParseErrorFields(body); fields.ok()) {
+        pool_->registry()->counters().CountError(fields->sqlstate);
+      }
       break;
     default:
       break;

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,10 @@
 #include "pooler/pool/client_budget.h"
 #include "pooler/protocol/cancel_key.h"
 #include "pooler/supervisor/cpu_quota.h"
+
+#ifndef PGFLEET_VERSION
+#define PGFLEET_VERSION "dev"
+#endif
 
 namespace pgfleet::supervisor {
 namespace {
@@ -142,6 +147,7 @@ absl::Status Supervisor::Init() {
   RETURN_IF_ERROR(CreateListeners());
   ASSIGN_OR_RETURN(budget_fd_, pool::ClientBudget::CreateSharedRegion());
   fcntl(budget_fd_, F_SETFD, FD_CLOEXEC);  // opened to each worker explicitly in Spawn
+  RETURN_IF_ERROR(StartMetrics());
   backoff_.assign(static_cast<size_t>(worker_count_), kMinBackoff);
   last_crash_.assign(static_cast<size_t>(worker_count_), absl::InfinitePast());
   struct stat st;
@@ -170,6 +176,53 @@ absl::Status Supervisor::CreateListeners() {
   return absl::OkStatus();
 }
 
+absl::Status Supervisor::StartMetrics() {
+  if (config_.metrics.listen.empty()) {
+    PGFLEET_LOG(kInfo, "metrics_disabled", "reason=metrics.listen_empty");
+    return absl::OkStatus();
+  }
+  // A slot may be served by a draining worker and its replacement at once, and a drain can
+  // outlast the next rolling restart: room for a few processes per slot.
+  const uint32_t slots = static_cast<uint32_t>(worker_count_) * 4 + 4;
+  ASSIGN_OR_RETURN(metrics_region_, metrics::SnapshotRegion::Create(slots));
+  fcntl(metrics_region_->fd(), F_SETFD, FD_CLOEXEC);  // opened to each worker in Spawn
+  metrics_slot_used_.assign(slots, false);
+  metrics::ExporterOptions options;
+  options.listen = config_.metrics.listen;
+  options.version = PGFLEET_VERSION;
+  options.worker_count = worker_count_;
+  for (const auto& [name, db] : config_.databases) {
+    std::pair<std::string, int> target(db.host, db.port);
+    if (std::find(options.postgres.begin(), options.postgres.end(), target) ==
+        options.postgres.end()) {
+      options.postgres.push_back(target);
+    }
+  }
+  ASSIGN_OR_RETURN(exporter_, metrics::Exporter::Start(std::move(options), metrics_region_.get()));
+  return absl::OkStatus();
+}
+
+int Supervisor::AllocateMetricsSlot() {
+  for (size_t i = 0; i < metrics_slot_used_.size(); ++i) {
+    if (!metrics_slot_used_[i]) {
+      metrics_slot_used_[i] = true;
+      metrics_region_->Clear(static_cast<uint32_t>(i));
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+void Supervisor::PublishProcesses() {
+  if (exporter_ == nullptr) return;
+  std::vector<metrics::WorkerProcess> list;
+  for (const auto& [pid, p] : processes_) {
+    if (p.metrics_slot < 0) continue;
+    list.push_back({pid, p.slot, static_cast<uint32_t>(p.metrics_slot), p.role == Role::kActive});
+  }
+  exporter_->SetProcesses(std::move(list));
+}
+
 uint32_t Supervisor::NextPeerId() {
   // Ids are never reused while a process holding them lives, so a cancel key always names the
   // process that minted it (a draining worker and its replacement differ).
@@ -186,6 +239,11 @@ pid_t Supervisor::Spawn(int slot) {
   int ready[2];
   if (pipe2(ready, O_CLOEXEC) != 0) return -1;
   const uint32_t peer_id = NextPeerId();
+  const int metrics_slot = metrics_region_ != nullptr ? AllocateMetricsSlot() : -1;
+  if (metrics_region_ != nullptr && metrics_slot < 0) {
+    PGFLEET_LOG(kWarning, "metrics_slots_exhausted", "slot=", slot);
+  }
+  const int metrics_fd = metrics_slot >= 0 ? metrics_region_->fd() : -1;
   std::vector<int> listen_fds = {tcp_fds_[static_cast<size_t>(slot)]};
   if (unix_fd_ >= 0) listen_fds.push_back(unix_fd_);
   std::vector<std::string> args = {
@@ -199,26 +257,32 @@ pid_t Supervisor::Spawn(int slot) {
       absl::StrCat("--listen_fds=", absl::StrJoin(listen_fds, ",")),
       absl::StrCat("--client_budget_fd=", budget_fd_),
       absl::StrCat("--ready_fd=", ready[1]),
+      absl::StrCat("--metrics_fd=", metrics_fd),
+      absl::StrCat("--metrics_slot=", std::max(metrics_slot, 0)),
   };
+  // Built before fork: the child only calls async-signal-safe functions (the exporter's threads
+  // exist in this process, so the child must not allocate).
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   pid_t pid = fork();
   if (pid < 0) {
     close(ready[0]);
     close(ready[1]);
+    if (metrics_slot >= 0) metrics_slot_used_[static_cast<size_t>(metrics_slot)] = false;
     return -1;
   }
   if (pid == 0) {
     for (int fd : listen_fds) ClearCloexec(fd);
     ClearCloexec(budget_fd_);
     ClearCloexec(ready[1]);
+    if (metrics_fd >= 0) ClearCloexec(metrics_fd);
     // Keep the control signals blocked across exec: a signal that arrives before the worker
     // has its signalfd stays pending instead of killing it (the mask survives execv).
     sigset_t mask;
     sigemptyset(&mask);
     for (int sig : {SIGHUP, SIGTERM, SIGINT, SIGUSR2}) sigaddset(&mask, sig);
     sigprocmask(SIG_SETMASK, &mask, nullptr);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
     execv(options_.binary_path.c_str(), argv.data());
     _exit(127);
   }
@@ -227,7 +291,9 @@ pid_t Supervisor::Spawn(int slot) {
   process.slot = slot;
   process.peer_id = peer_id;
   process.started_at = loop_.now();
+  process.metrics_slot = metrics_slot;
   processes_[pid] = process;
+  PublishProcesses();
   auto watcher = std::make_unique<ReadyWatcher>(this, pid, ready[0]);
   if (loop_.Add(ready[0], watcher.get(), EPOLLIN).ok()) ready_watchers_[pid] = std::move(watcher);
   PGFLEET_LOG(kInfo, "worker_started", "slot=", slot, " pid=", pid, " peer_id=", peer_id);
@@ -254,6 +320,7 @@ void Supervisor::OnWorkerReady(pid_t pid) {
     PGFLEET_LOG(kInfo, "worker_draining", "slot=", slot, " pid=", old);
     kill(old, SIGTERM);
   }
+  PublishProcesses();
   if (pid == rolling_new_pid_) {
     rolling_new_pid_ = -1;
     ContinueRollingRestart();
@@ -272,6 +339,14 @@ void Supervisor::OnChildExited(pid_t pid, int status) {
   Process process = it->second;
   processes_.erase(it);
   ready_watchers_.erase(pid);
+  if (process.metrics_slot >= 0) {
+    // Its counters stay with its worker slot; the region slot may serve another process now.
+    exporter_->OnProcessExited(process.slot, static_cast<uint32_t>(process.metrics_slot));
+    metrics_slot_used_[static_cast<size_t>(process.metrics_slot)] = false;
+  }
+  PublishProcesses();
+  // A crashed worker leaves its peering socket behind: siblings would keep dialling it.
+  unlink(absl::StrCat(runtime_dir_, "/worker-", process.peer_id, ".sock").c_str());
   // Clients of the dead process are gone: give their max_client_conn room back.
   pool::ClientBudget::ReleaseSlot(budget_fd_, process.peer_id);
   if (shutting_down_) {
@@ -288,6 +363,7 @@ void Supervisor::OnChildExited(pid_t pid, int status) {
   PGFLEET_LOG(kError, "worker_died", "slot=", process.slot, " pid=", pid, " ", DescribeExit(status),
               " uptime_s=", absl::ToInt64Seconds(loop_.now() - process.started_at));
   ++worker_restarts_;
+  if (exporter_ != nullptr) exporter_->SetWorkerRestarts(worker_restarts_);
   if (pid == rolling_new_pid_) rolling_new_pid_ = -1;
   // Only restart when nothing else serves the slot.
   if (ActivePidForSlot(process.slot) < 0) ScheduleRestart(process.slot);
@@ -306,6 +382,7 @@ void Supervisor::ScheduleRestart(int slot) {
     if (!shutting_down_ && ActivePidForSlot(slot) < 0) {
       pid_t pid = Spawn(slot);
       if (pid > 0) processes_[pid].role = Role::kActive;
+      PublishProcesses();
     }
   });
 }
@@ -360,6 +437,7 @@ absl::Status Supervisor::Run() {
     if (pid < 0) return absl::InternalError("fork failed");
     processes_[pid].role = Role::kActive;
   }
+  PublishProcesses();
   loop_.RunEvery(absl::Seconds(2), [this] { CheckBinaryChanged(); });
   RETURN_IF_ERROR(loop_.Run());
   PGFLEET_LOG(kInfo, "supervisor_exited", "worker_restarts=", worker_restarts_);

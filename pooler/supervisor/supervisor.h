@@ -21,6 +21,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "pooler/config/config.h"
+#include "pooler/metrics/exporter.h"
+#include "pooler/metrics/snapshot_region.h"
 #include "pooler/net/event_loop.h"
 
 namespace pgfleet::supervisor {
@@ -49,6 +51,7 @@ class Supervisor {
     Role role = Role::kStarting;
     absl::Time started_at;
     int ready_fd = -1;
+    int metrics_slot = -1;  // its slot in the metrics SnapshotRegion (-1 = none)
   };
   class SignalHandler;
   class ReadyWatcher;
@@ -67,6 +70,11 @@ class Supervisor {
   void ForwardSignal(int signo);
   void CheckBinaryChanged();
   pid_t ActivePidForSlot(int slot) const;
+  // Metrics (metrics.listen non-empty): the region workers publish into and the HTTP exporter.
+  absl::Status StartMetrics();
+  int AllocateMetricsSlot();
+  // Tells the exporter which processes serve which slots (after every change to processes_).
+  void PublishProcesses();
 
   SupervisorOptions options_;
   net::EventLoop loop_;
@@ -89,6 +97,9 @@ class Supervisor {
   uint64_t worker_restarts_ = 0;
   ino_t binary_inode_ = 0;
   int64_t binary_mtime_ = 0;
+  std::unique_ptr<metrics::SnapshotRegion> metrics_region_;
+  std::unique_ptr<metrics::Exporter> exporter_;
+  std::vector<bool> metrics_slot_used_;
 };
 
 }  // namespace pgfleet::supervisor

@@ -79,6 +79,7 @@ absl::Status Worker::Init() {
   registry_ = std::make_unique<pool::PoolRegistry>(loop_, config_, std::move(userlist),
                                                    options_.peer_id, base::SystemRandom());
   registry_->set_hba(std::move(hba));
+  StartStats(fleet_config);
   if (options_.client_budget_fd >= 0) {
     RETURN_IF_ERROR(
         registry_->client_budget().AttachShared(options_.client_budget_fd, options_.peer_id));
@@ -112,6 +113,8 @@ absl::Status Worker::Init() {
   signals_ = std::make_unique<SignalHandler>(this);
   RETURN_IF_ERROR(signals_->Start());
   RETURN_IF_ERROR(StartPeering());
+  RETURN_IF_ERROR(StartAdmin());
+  RETURN_IF_ERROR(StartMetrics());
   if (options_.ready_fd >= 0) {
     const char ready = 'R';
     ssize_t ignored = write(options_.ready_fd, &ready, 1);
@@ -126,7 +129,14 @@ absl::Status Worker::StartPeering() {
   if (options_.runtime_dir.empty()) return absl::OkStatus();
   peers_ = std::make_unique<peering::PeerDirectory>(options_.runtime_dir);
   peering_service_ = std::make_unique<peering::PeeringService>(
-      loop_, *registry_, [this](peering::v1::WorkerStats* stats) { FillStats(stats); });
+      loop_, *registry_,
+      [this](const peering::v1::GetWorkerStatsRequest& request, peering::v1::WorkerStats* stats) {
+        stats_->Fill(request, stats);
+      });
+  peering_service_->set_admin_handler(
+      [this](const peering::v1::AdminCommandRequest& request, auto done) {
+        admin_actions_->Apply(request, std::move(done));
+      });
   const std::string path = peers_->SocketPathFor(options_.peer_id);
   unlink(path.c_str());
   ASSIGN_OR_RETURN(peering_server_,
@@ -141,48 +151,10 @@ absl::Status Worker::StartPeering() {
   return absl::OkStatus();
 }
 
-void Worker::FillStats(peering::v1::WorkerStats* stats) {
-  const absl::Time now = loop_.now();
-  const auto& counters = registry_->counters();
-  stats->set_peer_id(options_.peer_id);
-  stats->set_pid(static_cast<uint32_t>(getpid()));
-  stats->set_clients(registry_->client_count());
-  stats->set_cancels_received(counters.cancels_received);
-  stats->set_cancels_forwarded(counters.cancels_forwarded);
-  stats->set_cancels_sent(counters.cancels_sent);
-  stats->set_cancels_dropped(counters.cancels_dropped);
-  stats->set_clients_rejected(counters.clients_rejected_max_client_conn);
-  stats->set_login_failures(counters.login_failures);
-  stats->set_protocol_errors(counters.protocol_errors);
-  for (const auto& [key, pool] : registry_->pools()) {
-    auto* p = stats->add_pools();
-    p->set_database(key.first);
-    p->set_user(key.second);
-    p->set_pool_mode(std::string(config::PoolModeName(pool->mode())));
-    p->set_client_active(static_cast<uint32_t>(pool->active_client_count()));
-    p->set_client_waiting(static_cast<uint32_t>(pool->waiting_count()));
-    p->set_client_idle(static_cast<uint32_t>(pool->idle_client_count()));
-    p->set_server_active(static_cast<uint32_t>(pool->active_server_count()));
-    p->set_server_idle(static_cast<uint32_t>(pool->idle_server_count()));
-    p->set_server_tested(static_cast<uint32_t>(pool->testing_server_count()));
-    p->set_server_login(static_cast<uint32_t>(pool->login_server_count()));
-    p->set_max_wait_us(static_cast<uint64_t>(absl::ToInt64Microseconds(pool->max_wait(now))));
-    const auto& st = pool->stats();
-    p->set_transactions(st.transactions);
-    p->set_queries(st.queries);
-    p->set_received_bytes(st.received_bytes);
-    p->set_sent_bytes(st.sent_bytes);
-    p->set_transaction_time_us(st.transaction_time_us);
-    p->set_query_time_us(st.query_time_us);
-    p->set_wait_time_us(st.wait_time_us);
-    p->set_server_assignments(st.server_assignments);
-    p->set_errors(st.errors);
-  }
-}
-
 absl::Status Worker::Run() {
   PGFLEET_LOG(kInfo, "worker_serving", "pid=", getpid());
   absl::Status status = loop_.Run();
+  OnShutdownStarted();  // publishes the final counters for the supervisor
   if (peering_server_ != nullptr) {
     peering_server_->Shutdown();
     unlink(peers_->SocketPathFor(options_.peer_id).c_str());
@@ -217,6 +189,7 @@ void Worker::Reload() {
     return;
   }
   registry_->set_hba(*std::move(hba));
+  SetFleetConfig(*config);
   PGFLEET_LOG(kInfo, "reloaded", "config=", options_.config_path);
 }
 
@@ -224,6 +197,7 @@ void Worker::BeginShutdown() {
   PGFLEET_LOG(kInfo, "shutdown_started",
               "timeout_s=", absl::ToInt64Seconds(config_->pool.shutdown_timeout));
   shutting_down_ = true;
+  OnShutdownStarted();
   shutdown_deadline_ = loop_.now() + config_->pool.shutdown_timeout;
   // Stop accepting but keep the sockets open when a supervisor owns them.
   const bool own_sockets = options_.inherited_listen_fds.empty();

@@ -9,7 +9,11 @@
 #include "peering/cancel_forwarder.h"
 #include "peering/peer_directory.h"
 #include "peering/peering_service.h"
+#include "pooler/admin/actions.h"
+#include "pooler/admin/console.h"
+#include "pooler/admin/fanout.h"
 #include "pooler/config/config.h"
+#include "pooler/metrics/snapshot.h"
 #include "pooler/net/event_loop.h"
 #include "pooler/net/listener.h"
 #include "pooler/pool/pool_registry.h"
@@ -31,6 +35,9 @@ struct WorkerOptions {
   std::string runtime_dir;
   // Written with one byte once the worker accepts connections (-1 = none).
   int ready_fd = -1;
+  // The supervisor's metrics SnapshotRegion and this process's slot in it (-1 = no metrics).
+  int metrics_fd = -1;
+  uint32_t metrics_slot = 0;
 };
 
 class Worker {
@@ -50,7 +57,12 @@ class Worker {
   class SignalHandler;
   void Reload();
   absl::Status StartPeering();
-  void FillStats(peering::v1::WorkerStats* stats);
+  // Stats, metrics publishing and the admin console (worker_admin.cc).
+  void StartStats(const config::Config& fleet);
+  absl::Status StartAdmin();
+  absl::Status StartMetrics();
+  void SetFleetConfig(const config::Config& fleet);
+  void OnShutdownStarted();
   void BeginShutdown();
   void CheckShutdown();
 
@@ -64,6 +76,12 @@ class Worker {
   std::unique_ptr<peering::GrpcCancelForwarder> forwarder_;
   std::unique_ptr<peering::PeeringService> peering_service_;
   std::unique_ptr<peering::PeeringServer> peering_server_;
+  std::shared_ptr<const config::Config> fleet_config_;  // before the per-worker split
+  std::unique_ptr<metrics::WorkerStatsSource> stats_;
+  std::unique_ptr<metrics::SnapshotPublisher> publisher_;
+  std::unique_ptr<admin::AdminActions> admin_actions_;
+  std::unique_ptr<admin::PodFanout> admin_fanout_;
+  std::unique_ptr<admin::Console> admin_console_;
   bool shutting_down_ = false;
   absl::Time shutdown_deadline_;
 };

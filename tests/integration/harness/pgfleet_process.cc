@@ -28,6 +28,7 @@ PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string
   char tmpl[] = "/tmp/pgfleet-it-XXXXXX";
   dir_ = mkdtemp(tmpl);
   port_ = FreePort();
+  metrics_port_ = FreePort();
   if (!userlist.empty()) std::ofstream(dir_ + "/userlist.txt") << userlist;
   config_path_ = dir_ + "/pgfleet.yaml";
   std::ofstream(config_path_) << WriteConfig(config_body);
@@ -59,8 +60,15 @@ PgfleetProcess::~PgfleetProcess() {
 }
 
 std::string PgfleetProcess::WriteConfig(const std::string& config_body) const {
+  // /metrics on a free port too (the default, 9127, would collide between concurrent runs),
+  // unless the test configures metrics itself.
+  std::string metrics;
+  if (config_body.find("\nmetrics:") == std::string::npos &&
+      config_body.rfind("metrics:", 0) == std::string::npos) {
+    metrics = absl::StrCat("\nmetrics:\n  listen: 127.0.0.1:", metrics_port_, "\n");
+  }
   return absl::StrCat("listen:\n  address: 127.0.0.1\n  port: ", port_, "\n", listen_extra_,
-                      config_body);
+                      config_body, metrics);
 }
 
 void PgfleetProcess::RewriteConfig(const std::string& config_body) const {

@@ -18,6 +18,8 @@ class PgfleetProcess {
   ~PgfleetProcess();
 
   int port() const { return port_; }
+  // Where /metrics, /healthz and /readyz listen (unless the config sets metrics itself).
+  int metrics_port() const { return metrics_port_; }
   pid_t pid() const { return pid_; }
   const std::string& dir() const { return dir_; }
   const std::string& config_path() const { return config_path_; }
@@ -42,6 +44,7 @@ class PgfleetProcess {
   std::string dir_;
   std::string config_path_;
   int port_ = 0;
+  int metrics_port_ = 0;
   pid_t pid_ = -1;
 };
 

@@ -1,0 +1,44 @@
+// Parsing of admin console commands (PgBouncer's grammar): SHOW <what>, PAUSE [db], RESUME [db],
+// RECONNECT [db], KILL db, RELOAD, SHUTDOWN, WAIT_CLOSE [db]. Pure, for unit tests.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace pgfleet::admin {
+
+enum class Verb {
+  kEmpty,  // only whitespace and semicolons: EmptyQueryResponse
+  kShow,
+  kPause,
+  kResume,
+  kReconnect,
+  kKill,
+  kReload,
+  kShutdown,
+  kWaitClose,
+};
+
+struct Command {
+  Verb verb = Verb::kEmpty;
+  std::string what;      // SHOW's subject, lower case ("pools", "stats_totals", ...)
+  std::string database;  // the optional/required database argument, unquoted; empty = all
+};
+
+// The SHOW subjects the console answers, in the order SHOW HELP lists them.
+inline constexpr std::string_view kShowSubjects[] = {
+    "pools",  "stats", "stats_totals", "stats_averages", "clients", "servers", "databases", "users",
+    "config", "lists", "mem",          "version",        "workers", "peers",   "fleet",     "help"};
+
+// Parses one statement. Errors are InvalidArgument with PgBouncer's wording ("invalid command
+// 'FOO', use SHOW HELP;").
+absl::StatusOr<Command> ParseCommand(std::string_view sql);
+
+// True for commands that change state (admin users only; stats users may only SHOW).
+bool NeedsAdmin(Verb verb);
+// The CommandComplete tag ("SHOW", "PAUSE", ...).
+std::string_view CommandTag(Verb verb);
+
+}  // namespace pgfleet::admin

@@ -1,0 +1,145 @@
+// Admin commands applied to one worker.
+#include "pooler/admin/actions.h"
+#include "pooler/base/log.h"
+#include "pooler/base/strings.h"
+
+namespace pgfleet::admin {
+namespace {
+
+using peering::v1::AdminCommandReply;
+using peering::v1::AdminCommandRequest;
+
+constexpr absl::Duration kPollInterval = absl::Milliseconds(10);
+
+AdminCommandReply Ok() {
+  AdminCommandReply reply;
+  reply.set_ok(true);
+  return reply;
+}
+
+AdminCommandReply Error(std::string message) {
+  AdminCommandReply reply;
+  reply.set_ok(false);
+  reply.set_error(std::move(message));
+  return reply;
+}
+
+}  // namespace
+
+AdminActions::AdminActions(pool::PoolRegistry& registry, std::function<absl::Status()> reload)
+    : registry_(registry), reload_(std::move(reload)) {}
+
+AdminActions::~AdminActions() {
+  if (timer_ != 0) registry_.loop().CancelTimer(timer_);
+}
+
+void AdminActions::ForPools(const std::string& database,
+                            const std::function<void(pool::Pool&)>& fn) {
+  // Collected first: fn may close connections, which never removes pools, but stay safe.
+  std::vector<pool::Pool*> pools;
+  for (const auto& [key, pool] : registry_.pools()) {
+    if (database.empty() || key.first == database) pools.push_back(pool.get());
+  }
+  for (pool::Pool* pool : pools) fn(*pool);
+}
+
+void AdminActions::WaitUntil(std::function<bool()> ready, std::function<void()> then) {
+  if (ready()) {
+    then();
+    return;
+  }
+  waits_.push_back({std::move(ready), std::move(then)});
+  if (timer_ == 0) timer_ = registry_.loop().RunEvery(kPollInterval, [this] { Poll(); });
+}
+
+void AdminActions::Poll() {
+  std::vector<std::function<void()>> due;
+  for (auto it = waits_.begin(); it != waits_.end();) {
+    if (it->ready()) {
+      due.push_back(std::move(it->then));
+      it = waits_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (waits_.empty() && timer_ != 0) {
+    registry_.loop().CancelTimer(timer_);
+    timer_ = 0;
+  }
+  for (auto& fn : due) fn();
+}
+
+void AdminActions::Apply(const AdminCommandRequest& request, Done done) {
+  const std::string db = request.database();
+  auto& pause = registry_.pause_state();
+  switch (request.command()) {
+    case AdminCommandRequest::COMMAND_PAUSE: {
+      PGFLEET_LOG(kInfo, "admin_pause", "db=", db.empty() ? "*" : db);
+      pause.Pause(db);
+      ForPools(db, [](pool::Pool& p) { p.SetPaused(true); });
+      WaitUntil(
+          [this, db] {
+            bool drained = true;
+            ForPools(db, [&drained](pool::Pool& p) { drained &= !p.paused() || p.PauseDrained(); });
+            return drained;
+          },
+          [this, db, done] {
+            // PgBouncer's PAUSE also disconnects from the servers, e.g. for a database restart.
+            ForPools(db, [](pool::Pool& p) {
+              if (p.paused()) p.CloseIdleServers("paused by admin");
+            });
+            PGFLEET_LOG(kInfo, "admin_paused", "db=", db.empty() ? "*" : db);
+            done(Ok());
+          });
+      return;
+    }
+    case AdminCommandRequest::COMMAND_RESUME: {
+      if (!db.empty() && pause.all()) {
+        done(Error("every database is paused: RESUME without a database name"));
+        return;
+      }
+      PGFLEET_LOG(kInfo, "admin_resume", "db=", db.empty() ? "*" : db);
+      pause.Resume(db);
+      ForPools(db, [](pool::Pool& p) { p.SetPaused(false); });
+      done(Ok());
+      return;
+    }
+    case AdminCommandRequest::COMMAND_RECONNECT:
+      PGFLEET_LOG(kInfo, "admin_reconnect", "db=", db.empty() ? "*" : db);
+      ForPools(db, [](pool::Pool& p) { p.Reconnect(); });
+      done(Ok());
+      return;
+    case AdminCommandRequest::COMMAND_KILL:
+      if (db.empty()) {
+        done(Error("KILL needs a database name"));
+        return;
+      }
+      PGFLEET_LOG(kInfo, "admin_kill", "db=", db);
+      pause.Pause(db);
+      ForPools(db, [](pool::Pool& p) {
+        p.SetPaused(true);
+        p.Shutdown("database killed by admin");
+      });
+      done(Ok());
+      return;
+    case AdminCommandRequest::COMMAND_RELOAD: {
+      absl::Status status = reload_ ? reload_() : absl::OkStatus();
+      done(status.ok() ? Ok() : Error(std::string(base::Sv(status.message()))));
+      return;
+    }
+    case AdminCommandRequest::COMMAND_WAIT_CLOSE:
+      WaitUntil(
+          [this, db] {
+            bool none = true;
+            ForPools(db, [&none](pool::Pool& p) { none &= !p.HasServersToClose(); });
+            return none;
+          },
+          [done] { done(Ok()); });
+      return;
+    default:
+      done(Error("unknown admin command"));
+      return;
+  }
+}
+
+}  // namespace pgfleet::admin

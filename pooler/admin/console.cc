@@ -1,0 +1,240 @@
+// The admin console: dispatch, permissions and per-client ordering.
+#include "pooler/admin/console.h"
+
+#include <algorithm>
+
+#include "pooler/admin/show.h"
+#include "pooler/base/log.h"
+#include "pooler/base/strings.h"
+#include "pooler/pool/client_conn.h"
+#include "pooler/protocol/builders.h"
+
+namespace pgfleet::admin {
+namespace {
+
+using peering::v1::AdminCommandRequest;
+
+// SQLSTATEs of the console's errors (PostgreSQL's errcodes.txt).
+constexpr std::string_view kSyntaxError = "42601";
+constexpr std::string_view kInsufficientPrivilege = "42501";
+constexpr std::string_view kInvalidCatalogName = "3D000";
+constexpr std::string_view kConnectionFailure = "08006";
+
+// Gathering stats waits this long for a sibling; PAUSE and WAIT_CLOSE wait as long as it takes
+// (as PgBouncer's do), other commands are quick.
+constexpr absl::Duration kGatherDeadline = absl::Seconds(5);
+constexpr absl::Duration kQuickCommandDeadline = absl::Seconds(30);
+constexpr absl::Duration kWaitingCommandDeadline = absl::Hours(24);
+
+std::string ErrorBytes(std::string_view sqlstate, std::string_view message) {
+  protocol::StringSink sink;
+  protocol::BuildErrorResponse(sink, "ERROR", sqlstate, message);
+  return sink.bytes();
+}
+
+AdminCommandRequest::Command ToProto(Verb verb) {
+  switch (verb) {
+    case Verb::kPause:
+      return AdminCommandRequest::COMMAND_PAUSE;
+    case Verb::kResume:
+      return AdminCommandRequest::COMMAND_RESUME;
+    case Verb::kReconnect:
+      return AdminCommandRequest::COMMAND_RECONNECT;
+    case Verb::kKill:
+      return AdminCommandRequest::COMMAND_KILL;
+    case Verb::kReload:
+      return AdminCommandRequest::COMMAND_RELOAD;
+    case Verb::kWaitClose:
+      return AdminCommandRequest::COMMAND_WAIT_CLOSE;
+    default:
+      return AdminCommandRequest::COMMAND_UNSPECIFIED;
+  }
+}
+
+}  // namespace
+
+Console::Console(pool::PoolRegistry& registry, PodFanout& fanout, ConsoleOptions options)
+    : registry_(registry), fanout_(fanout), options_(std::move(options)) {}
+
+bool Console::MayConnect(const std::string& user) const {
+  const auto& admin = registry_.config().admin;
+  return std::find(admin.users.begin(), admin.users.end(), user) != admin.users.end() ||
+         std::find(admin.stats_users.begin(), admin.stats_users.end(), user) !=
+             admin.stats_users.end();
+}
+
+bool Console::IsAdmin(const std::string& user) const {
+  const auto& users = registry_.config().admin.users;
+  return std::find(users.begin(), users.end(), user) != users.end();
+}
+
+void Console::HandleQuery(pool::ClientConn& client, std::string_view sql) {
+  Session& session = sessions_[client.id()];
+  if (session.busy) {
+    session.queued.emplace_back(sql);
+    return;
+  }
+  session.busy = true;
+  Run(client.id(), client.user(), std::string(sql));
+}
+
+void Console::Reply(uint64_t client_id, const std::string& bytes, bool close_after) {
+  pool::ClientConn* client = registry_.FindClient(client_id);
+  if (client == nullptr || client->closed()) {
+    sessions_.erase(client_id);
+    return;
+  }
+  protocol::StringSink sink;
+  sink.Append(bytes);
+  protocol::BuildReadyForQuery(sink, 'I');
+  const std::string& out = sink.bytes();
+  if (!client->SendBytes({reinterpret_cast<const uint8_t*>(out.data()), out.size()})) {
+    sessions_.erase(client_id);
+    client->Close("write to admin client failed");
+    return;
+  }
+  if (close_after) {
+    sessions_.erase(client_id);
+    client->Close("admin shutdown");
+    return;
+  }
+  Session& session = sessions_[client_id];
+  if (session.queued.empty()) {
+    session.busy = false;
+    return;
+  }
+  std::string next = std::move(session.queued.front());
+  session.queued.pop_front();
+  Run(client_id, client->user(), std::move(next));
+}
+
+void Console::Run(uint64_t client_id, const std::string& user, std::string sql) {
+  auto command = ParseCommand(sql);
+  if (!command.ok()) {
+    Reply(client_id, ErrorBytes(kSyntaxError, base::Sv(command.status().message())));
+    return;
+  }
+  if (command->verb == Verb::kEmpty) {
+    protocol::StringSink sink;
+    protocol::BuildEmptyQueryResponse(sink);
+    Reply(client_id, sink.bytes());
+    return;
+  }
+  if (NeedsAdmin(command->verb) && !IsAdmin(user)) {
+    Reply(client_id, ErrorBytes(kInsufficientPrivilege,
+                                base::StrCat("admin access needed for ", CommandTag(command->verb),
+                                             " (", user, " is a stats user)")));
+    return;
+  }
+  PGFLEET_LOG(kInfo, "admin_command", "client=", client_id, " user=", base::LogQuote(user),
+              " command=", base::LogQuote(sql));
+  if (command->verb == Verb::kShow) {
+    RunShow(client_id, *command);
+  } else {
+    RunAction(client_id, *command);
+  }
+}
+
+void Console::RunShow(uint64_t client_id, const Command& command) {
+  const auto fleet = options_.fleet_config();
+  if (command.what == "version" || command.what == "config" || command.what == "help") {
+    protocol::StringSink sink;
+    ResultSet table;
+    if (command.what == "version") {
+      ShowVersion(options_.version, &table);
+      table.Write(sink, "SHOW");
+    } else if (command.what == "config") {
+      ShowConfig(*fleet, &table);
+      table.Write(sink, "SHOW");
+    } else {
+      std::string help =
+          "Console usage\n\tSHOW HELP|POOLS|STATS|STATS_TOTALS|STATS_AVERAGES|"
+          "CLIENTS|SERVERS|DATABASES|USERS|CONFIG|LISTS|MEM|VERSION|WORKERS|PEERS|"
+          "FLEET\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tRECONNECT [<db>]\n\tKILL <db>"
+          "\n\tWAIT_CLOSE [<db>]\n\tRELOAD\n\tSHUTDOWN";
+      protocol::BuildNoticeResponse(sink, "NOTICE", "00000", help);
+      protocol::BuildCommandComplete(sink, "SHOW");
+    }
+    Reply(client_id, sink.bytes());
+    return;
+  }
+  peering::v1::GetWorkerStatsRequest request;
+  request.set_include_connections(command.what == "clients" || command.what == "servers");
+  const std::string what = command.what;
+  fanout_.GatherStats(
+      request, kGatherDeadline, [this, client_id, what, fleet](PodFanout::StatsAnswers answers) {
+        ShowInput in;
+        in.fleet = fleet.get();
+        in.version = options_.version;
+        in.own_peer_id = options_.own_peer_id;
+        protocol::StringSink sink;
+        for (auto& a : answers) {
+          if (a.ok) {
+            in.workers.push_back(std::move(a.reply));
+          } else {
+            in.failed.emplace_back(a.peer_id, a.error);
+            protocol::BuildNoticeResponse(
+                sink, "WARNING", kConnectionFailure,
+                base::StrCat("worker peer_id=", a.peer_id, " did not answer: ", a.error));
+          }
+        }
+        ResultSet table;
+        if (what == "pools") ShowPools(in, &table);
+        if (what == "stats") ShowStats(in, &table);
+        if (what == "stats_totals") ShowStatsTotals(in, &table);
+        if (what == "stats_averages") ShowStatsAverages(in, &table);
+        if (what == "clients") ShowClients(in, &table);
+        if (what == "servers") ShowServers(in, &table);
+        if (what == "databases") ShowDatabases(in, &table);
+        if (what == "users") ShowUsers(in, &table);
+        if (what == "lists") ShowLists(in, &table);
+        if (what == "mem") ShowMem(in, &table);
+        if (what == "workers") ShowWorkers(in, &table);
+        if (what == "peers") ShowPeers(in, &table);
+        if (what == "fleet") ShowFleet(in, &table);
+        table.Write(sink, "SHOW");
+        Reply(client_id, sink.bytes());
+      });
+}
+
+void Console::RunAction(uint64_t client_id, const Command& command) {
+  const std::string tag(CommandTag(command.verb));
+  if (command.verb == Verb::kShutdown) {
+    PGFLEET_LOG(kInfo, "admin_shutdown", "client=", client_id);
+    protocol::StringSink sink;
+    protocol::BuildCommandComplete(sink, tag);
+    Reply(client_id, sink.bytes(), /*close_after=*/true);
+    if (options_.shutdown) options_.shutdown();
+    return;
+  }
+  if (!command.database.empty() && !options_.fleet_config()->FindDatabase(command.database)) {
+    Reply(client_id,
+          ErrorBytes(kInvalidCatalogName, base::StrCat("no such database: ", command.database)));
+    return;
+  }
+  AdminCommandRequest request;
+  request.set_command(ToProto(command.verb));
+  request.set_database(command.database);
+  const bool waits = command.verb == Verb::kPause || command.verb == Verb::kWaitClose;
+  fanout_.Broadcast(request, waits ? kWaitingCommandDeadline : kQuickCommandDeadline,
+                    [this, client_id, tag](PodFanout::CommandAnswers answers) {
+                      std::string errors;
+                      for (const auto& a : answers) {
+                        std::string error = a.ok ? a.reply.error() : a.error;
+                        if (a.ok && a.reply.ok()) continue;
+                        base::StrAppend(&errors, errors.empty() ? "" : "; ",
+                                        "worker peer_id=", a.peer_id, ": ", error);
+                      }
+                      protocol::StringSink sink;
+                      if (errors.empty()) {
+                        protocol::BuildCommandComplete(sink, tag);
+                      } else {
+                        protocol::BuildErrorResponse(
+                            sink, "ERROR", kConnectionFailure,
+                            base::StrCat(tag, " failed on some workers: ", errors));
+                      }
+                      Reply(client_id, sink.bytes());
+                    });
+}
+
+}  // namespace pgfleet::admin

@@ -1,0 +1,153 @@
+// SHOW CONFIG, DATABASES and USERS: the fleet-wide config, with live counts from the workers.
+#include <map>
+#include <set>
+
+#include "absl/strings/str_join.h"
+#include "pooler/admin/show.h"
+
+namespace pgfleet::admin {
+namespace {
+
+using Type = ResultSet::Type;
+
+std::string Duration(absl::Duration d) {
+  return d == absl::ZeroDuration() ? "0" : absl::FormatDuration(d);
+}
+std::string Bool(bool b) { return b ? "1" : "0"; }
+std::string List(const std::vector<std::string>& v) { return absl::StrJoin(v, ","); }
+
+}  // namespace
+
+void ShowConfig(const config::Config& c, ResultSet* out) {
+  const config::Config d;  // defaults
+  out->AddColumn("key").AddColumn("value").AddColumn("default").AddColumn("changeable");
+  auto row = [out](std::string key, std::string value, std::string def, bool changeable) {
+    out->AddRow({std::move(key), std::move(value), std::move(def), changeable ? "yes" : "no"});
+  };
+  row("listen_addr", c.listen.address, d.listen.address, false);
+  row("listen_port", std::to_string(c.listen.port), std::to_string(d.listen.port), false);
+  row("unix_socket_dir", c.listen.unix_socket_dir, d.listen.unix_socket_dir, false);
+  row("listen_backlog", std::to_string(c.listen.backlog), std::to_string(d.listen.backlog), false);
+  row("workers", c.workers, d.workers, false);
+  const auto& p = c.pool;
+  const auto& dp = d.pool;
+  row("pool_mode", std::string(config::PoolModeName(p.pool_mode)),
+      std::string(config::PoolModeName(dp.pool_mode)), true);
+  row("default_pool_size", std::to_string(p.default_pool_size),
+      std::to_string(dp.default_pool_size), true);
+  row("min_pool_size", std::to_string(p.min_pool_size), std::to_string(dp.min_pool_size), true);
+  row("reserve_pool_size", std::to_string(p.reserve_pool_size),
+      std::to_string(dp.reserve_pool_size), true);
+  row("reserve_pool_timeout", Duration(p.reserve_pool_timeout), Duration(dp.reserve_pool_timeout),
+      true);
+  row("max_client_conn", std::to_string(p.max_client_conn), std::to_string(dp.max_client_conn),
+      true);
+  row("max_db_connections", std::to_string(p.max_db_connections),
+      std::to_string(dp.max_db_connections), true);
+  row("max_user_connections", std::to_string(p.max_user_connections),
+      std::to_string(dp.max_user_connections), true);
+  row("max_prepared_statements", std::to_string(p.max_prepared_statements),
+      std::to_string(dp.max_prepared_statements), true);
+  row("server_reset_query", p.server_reset_query, dp.server_reset_query, true);
+  row("server_reset_query_always", Bool(p.server_reset_query_always),
+      Bool(dp.server_reset_query_always), true);
+  row("server_check_query", p.server_check_query, dp.server_check_query, true);
+  row("server_check_delay", Duration(p.server_check_delay), Duration(dp.server_check_delay), true);
+  row("server_lifetime", Duration(p.server_lifetime), Duration(dp.server_lifetime), true);
+  row("server_idle_timeout", Duration(p.server_idle_timeout), Duration(dp.server_idle_timeout),
+      true);
+  row("server_connect_timeout", Duration(p.server_connect_timeout),
+      Duration(dp.server_connect_timeout), true);
+  row("server_login_retry", Duration(p.server_login_retry), Duration(dp.server_login_retry), true);
+  row("client_idle_timeout", Duration(p.client_idle_timeout), Duration(dp.client_idle_timeout),
+      true);
+  row("client_login_timeout", Duration(p.client_login_timeout), Duration(dp.client_login_timeout),
+      true);
+  row("query_timeout", Duration(p.query_timeout), Duration(dp.query_timeout), true);
+  row("query_wait_timeout", Duration(p.query_wait_timeout), Duration(dp.query_wait_timeout), true);
+  row("idle_transaction_timeout", Duration(p.idle_transaction_timeout),
+      Duration(dp.idle_transaction_timeout), true);
+  row("cancel_wait_timeout", Duration(p.cancel_wait_timeout), Duration(dp.cancel_wait_timeout),
+      true);
+  row("shutdown_timeout", Duration(p.shutdown_timeout), Duration(dp.shutdown_timeout), true);
+  row("track_extra_parameters", List(p.track_extra_parameters), List(dp.track_extra_parameters),
+      true);
+  row("ignore_startup_parameters", List(p.ignore_startup_parameters),
+      List(dp.ignore_startup_parameters), true);
+  row("max_packet_size", std::to_string(p.max_packet_size), std::to_string(dp.max_packet_size),
+      true);
+  row("pkt_buf", std::to_string(p.pkt_buf), std::to_string(dp.pkt_buf), false);
+  row("tcp_keepalive", Bool(p.tcp_keepalive), Bool(dp.tcp_keepalive), true);
+  row("auth_type", std::string(config::AuthTypeName(c.auth.type)),
+      std::string(config::AuthTypeName(d.auth.type)), true);
+  row("auth_file", c.auth.file, d.auth.file, true);
+  row("auth_query", c.auth.query, d.auth.query, true);
+  row("auth_user", c.auth.user, d.auth.user, true);
+  row("auth_dbname", c.auth.dbname, d.auth.dbname, true);
+  row("admin_users", List(c.admin.users), List(d.admin.users), true);
+  row("stats_users", List(c.admin.stats_users), List(d.admin.stats_users), true);
+  row("metrics_listen", c.metrics.listen, d.metrics.listen, false);
+  row("log_level", c.log.level, d.log.level, true);
+}
+
+void ShowDatabases(const ShowInput& in, ResultSet* out) {
+  out->AddColumn("name").AddColumn("host").AddColumn("port", Type::kInt).AddColumn("database");
+  out->AddColumn("force_user").AddColumn("pool_size", Type::kInt);
+  out->AddColumn("min_pool_size", Type::kInt).AddColumn("reserve_pool", Type::kInt);
+  out->AddColumn("server_lifetime", Type::kInt).AddColumn("pool_mode");
+  out->AddColumn("max_connections", Type::kInt).AddColumn("current_connections", Type::kInt);
+  out->AddColumn("paused", Type::kInt).AddColumn("disabled", Type::kInt);
+  const config::Config& fleet = *in.fleet;
+  // Configured databases, plus those a "*" entry created on demand.
+  std::set<std::string> names;
+  for (const auto& [name, db] : fleet.databases) {
+    if (name != "*") names.insert(name);
+  }
+  std::map<std::string, uint64_t> current;
+  std::map<std::string, bool> paused;
+  for (const auto& w : in.workers) {
+    for (const auto& b : w.budgets()) current[b.database()] += b.current();
+    for (const auto& p : w.pools()) {
+      names.insert(p.database());
+      paused[p.database()] = paused[p.database()] || p.paused();
+    }
+  }
+  for (const auto& name : names) {
+    auto db = fleet.FindDatabase(name);
+    if (!db.has_value()) continue;
+    const auto mode = db->overrides.pool_mode.value_or(fleet.pool.pool_mode);
+    out->AddRow({name, db->host, std::to_string(db->port), db->dbname, db->user,
+                 std::to_string(fleet.EffectivePoolSize(*db)),
+                 std::to_string(fleet.EffectiveMinPoolSize(*db)),
+                 std::to_string(fleet.EffectiveReservePoolSize(*db)),
+                 std::to_string(absl::ToInt64Seconds(fleet.pool.server_lifetime)),
+                 std::string(config::PoolModeName(mode)), std::to_string(db->max_db_connections),
+                 std::to_string(current[name]), paused[name] ? "1" : "0", "0"});
+  }
+}
+
+void ShowUsers(const ShowInput& in, ResultSet* out) {
+  out->AddColumn("name").AddColumn("pool_mode");
+  out->AddColumn("max_user_connections", Type::kInt);
+  out->AddColumn("current_connections", Type::kInt);
+  const config::Config& fleet = *in.fleet;
+  std::map<std::string, uint64_t> current;
+  for (const auto& [name, user] : fleet.users) current[name];
+  for (const auto& w : in.workers) {
+    for (const auto& p : w.pools()) {
+      current[p.user()] += p.server_active() + p.server_idle() + p.server_used() +
+                           p.server_tested() + p.server_login();
+    }
+  }
+  for (const auto& [name, n] : current) {
+    auto it = fleet.users.find(name);
+    std::string mode;
+    if (it != fleet.users.end() && it->second.pool_mode.has_value()) {
+      mode = std::string(config::PoolModeName(*it->second.pool_mode));
+    }
+    out->AddRow(
+        {name, mode, std::to_string(fleet.EffectiveMaxUserConnections(name)), std::to_string(n)});
+  }
+}
+
+}  // namespace pgfleet::admin

@@ -1,0 +1,71 @@
+// SHOW CLIENTS and SHOW SERVERS: one row per connection of every worker, with PgBouncer's
+// columns plus `worker` (the worker slot that owns the connection). `ptr` and `link` are ids
+// unique in the pod (peer id and connection id), so a client's link is its server's ptr.
+#include "absl/strings/str_format.h"
+#include "pooler/admin/show.h"
+
+namespace pgfleet::admin {
+namespace {
+
+using Type = ResultSet::Type;
+
+std::string Ptr(uint32_t peer_id, uint64_t id) {
+  if (id == 0) return "";
+  return absl::StrFormat("%x", (uint64_t{peer_id} << 40) | id);
+}
+
+void AddColumns(ResultSet* out) {
+  out->AddColumn("type").AddColumn("user").AddColumn("database").AddColumn("replication");
+  out->AddColumn("state").AddColumn("addr").AddColumn("port", Type::kInt);
+  out->AddColumn("local_addr").AddColumn("local_port", Type::kInt);
+  out->AddColumn("connect_time").AddColumn("request_time");
+  out->AddColumn("wait", Type::kInt).AddColumn("wait_us", Type::kInt);
+  out->AddColumn("close_needed", Type::kInt).AddColumn("ptr").AddColumn("link");
+  out->AddColumn("remote_pid", Type::kInt).AddColumn("tls").AddColumn("application_name");
+  out->AddColumn("prepared_statements", Type::kInt).AddColumn("id", Type::kInt);
+  out->AddColumn("worker", Type::kInt);
+}
+
+void AddRow(const char* type, const peering::v1::WorkerStats& w,
+            const peering::v1::ConnectionInfo& c, ResultSet* out) {
+  out->AddRow({type,
+               c.user(),
+               c.database(),
+               "none",
+               c.state(),
+               c.addr(),
+               std::to_string(c.port()),
+               c.local_addr(),
+               std::to_string(c.local_port()),
+               FormatUnixMs(c.connect_time_ms()),
+               FormatUnixMs(c.request_time_ms()),
+               std::to_string(c.wait_us() / 1000000),
+               std::to_string(c.wait_us() % 1000000),
+               c.close_needed() ? "1" : "0",
+               Ptr(w.peer_id(), c.id()),
+               Ptr(w.peer_id(), c.link()),
+               std::to_string(c.remote_pid()),
+               "",
+               c.application_name(),
+               "0",
+               std::to_string(c.id()),
+               std::to_string(w.slot())});
+}
+
+}  // namespace
+
+void ShowClients(const ShowInput& in, ResultSet* out) {
+  AddColumns(out);
+  for (const auto& w : in.workers) {
+    for (const auto& c : w.clients_info()) AddRow("C", w, c, out);
+  }
+}
+
+void ShowServers(const ShowInput& in, ResultSet* out) {
+  AddColumns(out);
+  for (const auto& w : in.workers) {
+    for (const auto& s : w.servers_info()) AddRow("S", w, s, out);
+  }
+}
+
+}  // namespace pgfleet::admin
