@@ -1,0 +1,260 @@
+// The admin console (virtual database "pgfleet") through libpq: SHOW answers for every worker of
+// the pod, PAUSE/RESUME around a running pgbench, permissions and errors.
+#include <map>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "gmock/gmock.h"
+#include "tests/integration/harness/fixtures.h"
+
+namespace pgfleet::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using Row = std::map<std::string, std::string>;
+
+std::string AdminConfig(int workers, int pool_size, const std::string& pool_extra = "") {
+  return absl::StrCat("workers: ", workers, "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ",
+                      PgServer::Shared().port(),
+                      "}\npool:\n  pool_mode: transaction\n  default_pool_size: ", pool_size, "\n",
+                      pool_extra, "admin:\n  users: [admin]\n  stats_users: [stats]\n");
+}
+
+// Every row of a query's result as column -> value; fails the test on an error.
+std::vector<Row> Rows(const ConnPtr& conn, const std::string& sql) {
+  ResultPtr r = Exec(conn, sql);
+  std::vector<Row> rows;
+  EXPECT_EQ(PQresultStatus(r.get()), PGRES_TUPLES_OK) << sql << ": " << PQerrorMessage(conn.get());
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    Row row;
+    for (int j = 0; j < PQnfields(r.get()); ++j)
+      row[PQfname(r.get(), j)] = PQgetvalue(r.get(), i, j);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+int64_t Int(const Row& row, const std::string& column) {
+  auto it = row.find(column);
+  EXPECT_NE(it, row.end()) << "no column " << column;
+  int64_t v = 0;
+  if (it != row.end()) {
+    EXPECT_TRUE(absl::SimpleAtoi(it->second, &v)) << column << "=" << it->second;
+  }
+  return v;
+}
+
+void InitPgbench() {
+  static bool done = false;
+  if (done) return;
+  ASSERT_EQ(
+      RunCommand(absl::StrCat("pgbench -i -q -s 1 -h 127.0.0.1 -p ", PgServer::Shared().port(),
+                              " -U postgres postgres >/dev/null 2>&1")),
+      0);
+  done = true;
+}
+
+class AdminTest : public IntegrationTest {
+ protected:
+  ConnPtr Admin(PgfleetProcess& fleet, const std::string& user = "admin") {
+    ConnPtr c = Connect(fleet.ConnString(user, "pgfleet"));
+    EXPECT_TRUE(Ok(c)) << ErrorOf(c);
+    return c;
+  }
+};
+
+TEST_F(AdminTest, ShowAnswersForEveryWorkerUnderLoad) {
+  InitPgbench();
+  PgfleetProcess fleet(AdminConfig(2, 16));
+  // Idle clients, each having run a query, so both workers have clients, servers and stats
+  // (with 24 connections the kernel puts all on one worker with probability 2^-23).
+  std::vector<ConnPtr> idle;
+  for (int i = 0; i < 24; ++i) {
+    idle.push_back(Connect(fleet.ConnString()));
+    ASSERT_TRUE(Ok(idle.back())) << ErrorOf(idle.back());
+    ASSERT_EQ(Value(idle.back(), "SELECT 1"), "1");
+  }
+  const std::string out = fleet.dir() + "/pgbench.out";
+  std::thread bench([&] {
+    RunCommand(absl::StrCat("pgbench -n -S -c 6 -j 2 -T 6 -h 127.0.0.1 -p ", fleet.port(),
+                            " -U postgres postgres > ", out, " 2>&1; echo exit=$? >> ", out));
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ConnPtr admin = Admin(fleet);
+  constexpr int kPoolClients = 24 + 6;
+  for (int round = 0; round < 3; ++round) {
+    // SHOW POOLS sums the pool over the workers.
+    auto pools = Rows(admin, "SHOW POOLS");
+    ASSERT_EQ(pools.size(), 1u);
+    EXPECT_EQ(pools[0]["database"], "postgres");
+    EXPECT_EQ(Int(pools[0], "cl_active") + Int(pools[0], "cl_waiting"), kPoolClients);
+    // SHOW CLIENTS lists every connection once, with the worker that owns it.
+    auto clients = Rows(admin, "SHOW CLIENTS");
+    std::map<std::string, int> clients_per_worker;
+    int pool_clients = 0;
+    for (auto& c : clients) {
+      ++clients_per_worker[c["worker"]];
+      if (c["database"] == "postgres") ++pool_clients;
+    }
+    EXPECT_EQ(pool_clients, kPoolClients);
+    EXPECT_EQ(clients.size(), static_cast<size_t>(kPoolClients + 1));  // + this console
+    EXPECT_EQ(clients_per_worker.size(), 2u);
+    // SHOW WORKERS: what each worker reports adds up to the pod's answer.
+    auto workers = Rows(admin, "SHOW WORKERS");
+    ASSERT_EQ(workers.size(), 2u);
+    int64_t sum = 0;
+    for (auto& w : workers) {
+      EXPECT_EQ(w["state"], "ready");
+      EXPECT_EQ(Int(w, "clients"), clients_per_worker[w["worker"]]) << "worker " << w["worker"];
+      sum += Int(w, "clients");
+    }
+    EXPECT_EQ(sum, kPoolClients + 1);
+  }
+  bench.join();
+  EXPECT_THAT(RunCommandOutput("cat " + out), HasSubstr("exit=0"));
+  // Once the load stopped, the counters are stable: the pod's totals are the workers' sum.
+  auto stats = Rows(admin, "SHOW STATS");
+  ASSERT_EQ(stats.size(), 1u);
+  auto workers = Rows(admin, "SHOW WORKERS");
+  int64_t transactions = 0, queries = 0;
+  for (auto& w : workers) {
+    EXPECT_GT(Int(w, "xact_count"), 0) << "worker " << w["worker"] << " served nothing";
+    transactions += Int(w, "xact_count");
+    queries += Int(w, "query_count");
+  }
+  EXPECT_EQ(Int(stats[0], "total_xact_count"), transactions);
+  EXPECT_EQ(Int(stats[0], "total_query_count"), queries);
+  auto totals = Rows(admin, "SHOW STATS_TOTALS");
+  ASSERT_EQ(totals.size(), 1u);
+  EXPECT_EQ(Int(totals[0], "xact_count"), transactions);
+  EXPECT_GT(Int(totals[0], "bytes_received"), 0);
+  // Servers: SHOW SERVERS lists what SHOW POOLS counts.
+  auto pools = Rows(admin, "SHOW POOLS");
+  auto servers = Rows(admin, "SHOW SERVERS");
+  ASSERT_EQ(pools.size(), 1u);
+  EXPECT_EQ(static_cast<int64_t>(servers.size()),
+            Int(pools[0], "sv_active") + Int(pools[0], "sv_idle") + Int(pools[0], "sv_used") +
+                Int(pools[0], "sv_tested") + Int(pools[0], "sv_login"));
+  std::set<std::string> server_workers;
+  for (auto& s : servers) server_workers.insert(s["worker"]);
+  EXPECT_EQ(server_workers.size(), 2u);
+  // The other SHOW commands answer too.
+  for (const char* show : {"SHOW STATS_AVERAGES", "SHOW DATABASES", "SHOW USERS", "SHOW CONFIG",
+                           "SHOW LISTS", "SHOW MEM", "SHOW VERSION", "SHOW PEERS", "SHOW FLEET"}) {
+    EXPECT_FALSE(Rows(admin, show).empty()) << show;
+  }
+  auto lists = Rows(admin, "SHOW LISTS");
+  for (auto& l : lists) {
+    if (l["list"] == "used_clients") {
+      EXPECT_EQ(Int(l, "items"), 24 + 1);
+    }
+  }
+}
+
+TEST_F(AdminTest, PauseDrainsAndResumeContinuesPgbench) {
+  InitPgbench();
+  PgfleetProcess fleet(AdminConfig(2, 8));
+  const std::string out = fleet.dir() + "/pgbench.out";
+  std::thread bench([&] {
+    RunCommand(absl::StrCat("pgbench -n -c 8 -j 2 -T 7 -h 127.0.0.1 -p ", fleet.port(),
+                            " -U postgres postgres > ", out, " 2>&1; echo exit=$? >> ", out));
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ConnPtr admin = Admin(fleet);
+  // PAUSE answers once no server is linked to a client on any worker.
+  ResultPtr paused = Exec(admin, "PAUSE");
+  ASSERT_EQ(PQresultStatus(paused.get()), PGRES_COMMAND_OK) << PQerrorMessage(admin.get());
+  EXPECT_STREQ(PQcmdStatus(paused.get()), "PAUSE");
+  auto pools = Rows(admin, "SHOW POOLS");
+  ASSERT_EQ(pools.size(), 1u);
+  EXPECT_EQ(Int(pools[0], "sv_active"), 0);
+  auto databases = Rows(admin, "SHOW DATABASES");
+  ASSERT_FALSE(databases.empty());
+  EXPECT_EQ(databases[0]["paused"], "1");
+  // Nothing runs while paused.
+  const int64_t before = Int(Rows(admin, "SHOW STATS_TOTALS")[0], "xact_count");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(Int(Rows(admin, "SHOW STATS_TOTALS")[0], "xact_count"), before);
+  EXPECT_GT(Int(Rows(admin, "SHOW POOLS")[0], "cl_waiting"), 0);
+  ResultPtr resumed = Exec(admin, "RESUME");
+  ASSERT_EQ(PQresultStatus(resumed.get()), PGRES_COMMAND_OK) << PQerrorMessage(admin.get());
+  bench.join();
+  const std::string result = RunCommandOutput("cat " + out);
+  EXPECT_THAT(result, HasSubstr("exit=0")) << result;
+  EXPECT_THAT(result, HasSubstr("number of failed transactions: 0 (0.000%)")) << result;
+  EXPECT_THAT(result, ::testing::Not(HasSubstr("aborted"))) << result;
+  EXPECT_GT(Int(Rows(admin, "SHOW STATS_TOTALS")[0], "xact_count"), before);
+}
+
+TEST_F(AdminTest, NonAdminUserIsRefused) {
+  PgfleetProcess fleet(AdminConfig(2, 2));
+  ConnPtr c = Connect(fleet.ConnString("otheruser", "pgfleet"));
+  EXPECT_FALSE(Ok(c));
+  EXPECT_THAT(ErrorOf(c), HasSubstr("not allowed to connect to the admin console"));
+}
+
+TEST_F(AdminTest, StatsUserMayOnlyShow) {
+  PgfleetProcess fleet(AdminConfig(2, 2));
+  ConnPtr stats = Admin(fleet, "stats");
+  Rows(stats, "SHOW POOLS");  // fails the test on an error
+  ResultPtr r = Exec(stats, "PAUSE");
+  EXPECT_EQ(PQresultStatus(r.get()), PGRES_FATAL_ERROR);
+  EXPECT_EQ(SqlState(r), "42501");
+  EXPECT_THAT(PQerrorMessage(stats.get()), HasSubstr("admin access needed"));
+  // The session goes on.
+  EXPECT_EQ(Value(stats, "SHOW VERSION").rfind("pgfleet ", 0), 0u);
+}
+
+TEST_F(AdminTest, UnknownCommandIsAnErrorAndTheSessionGoesOn) {
+  PgfleetProcess fleet(AdminConfig(2, 2));
+  ConnPtr admin = Admin(fleet);
+  for (const char* bad : {"SHOW NOPE", "SELECT 1", "PAUSE a b", "KILL"}) {
+    ResultPtr r = Exec(admin, bad);
+    EXPECT_EQ(PQresultStatus(r.get()), PGRES_FATAL_ERROR) << bad;
+    EXPECT_EQ(SqlState(r), "42601") << bad;
+    EXPECT_THAT(PQerrorMessage(admin.get()), HasSubstr("invalid command")) << bad;
+  }
+  ResultPtr r = Exec(admin, "PAUSE nosuchdb");
+  EXPECT_EQ(SqlState(r), "3D000");
+  EXPECT_EQ(Value(admin, "show version;").rfind("pgfleet ", 0), 0u);
+}
+
+TEST_F(AdminTest, ReloadReachesEveryWorker) {
+  PgfleetProcess fleet(AdminConfig(2, 2));
+  ConnPtr admin = Admin(fleet);
+  auto before = Rows(admin, "SHOW WORKERS");
+  ASSERT_EQ(before.size(), 2u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // timestamps have 1 s steps
+  fleet.RewriteConfig(AdminConfig(2, 6));
+  ResultPtr r = Exec(admin, "RELOAD");
+  ASSERT_EQ(PQresultStatus(r.get()), PGRES_COMMAND_OK) << PQerrorMessage(admin.get());
+  auto after = Rows(admin, "SHOW WORKERS");
+  ASSERT_EQ(after.size(), 2u);
+  std::map<std::string, std::string> loaded;
+  for (auto& w : before) loaded[w["peer_id"]] = w["config_loaded_at"];
+  for (auto& w : after) EXPECT_NE(w["config_loaded_at"], loaded[w["peer_id"]]) << w["peer_id"];
+  for (auto& row : Rows(admin, "SHOW CONFIG")) {
+    if (row["key"] == "default_pool_size") {
+      EXPECT_EQ(row["value"], "6");
+    }
+  }
+}
+
+TEST_F(AdminTest, KillDropsTheDatabaseUntilResume) {
+  PgfleetProcess fleet(AdminConfig(2, 2));
+  ConnPtr client = Connect(fleet.ConnString());
+  ASSERT_EQ(Value(client, "SELECT 1"), "1");
+  ConnPtr admin = Admin(fleet);
+  ResultPtr r = Exec(admin, "KILL postgres");
+  ASSERT_EQ(PQresultStatus(r.get()), PGRES_COMMAND_OK) << PQerrorMessage(admin.get());
+  EXPECT_NE(Value(client, "SELECT 1"), "1");  // its connection was dropped
+  EXPECT_EQ(Rows(admin, "SHOW SERVERS").size(), 0u);
+  ASSERT_EQ(PQresultStatus(Exec(admin, "RESUME postgres").get()), PGRES_COMMAND_OK);
+  ConnPtr again = Connect(fleet.ConnString());
+  EXPECT_EQ(Value(again, "SELECT 1"), "1");
+}
+
+}  // namespace
+}  // namespace pgfleet::testing
