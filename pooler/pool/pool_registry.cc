@@ -52,7 +52,6 @@ Pool* PoolRegistry::GetOrCreatePool(const config::DatabaseConfig& db, const std:
   auto pool = std::make_unique<Pool>(this, db, user);
   Pool* raw = pool.get();
   if (pause_state_.IsPaused(db.name)) raw->SetPaused(true);
-  if (pause_state_.IsPaused(db.name)) raw->SetPaused(true);
   pools_.emplace(std::move(key), std::move(pool));
   return raw;
 }

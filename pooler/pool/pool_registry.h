@@ -21,7 +21,6 @@
 #include "pooler/pool/client_budget.h"
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/pause_state.h"
-#include "pooler/pool/pause_state.h"
 #include "pooler/pool/pool.h"
 #include "pooler/pool/rate_limiter.h"
 #include "pooler/pool/stats.h"
@@ -42,8 +41,6 @@ class PoolRegistry final : public CancelTarget {
   base::RandomSource& random() { return random_; }
   WorkerCounters& counters() { return counters_; }
   ClientBudget& client_budget() { return client_budget_; }
-  // Databases paused by the admin console; GetOrCreatePool pauses new pools of those.
-  PauseState& pause_state() { return pause_state_; }
   // Databases paused by the admin console; GetOrCreatePool pauses new pools of those.
   PauseState& pause_state() { return pause_state_; }
   uint32_t peer_id() const { return peer_id_; }
@@ -139,7 +136,6 @@ class PoolRegistry final : public CancelTarget {
   AdminConsoleHandler* admin_console_ = nullptr;
   TrackedParamNames tracked_params_;
   ClientBudget client_budget_;
-  PauseState pause_state_;
   PauseState pause_state_;
   WorkerCounters counters_;
 
