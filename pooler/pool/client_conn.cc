@@ -312,9 +312,11 @@ void ClientConn::OnAuthQueryResult(bool found, const std::string& secret, std::s
 void ClientConn::Close(std::string_view reason) {
   if (state_ == ClientState::kClosed) return;
   EndLogin();
-  PGFLEET_LOG(kInfo, "client_disconnect", "client=", id_, " addr=", peer_address_,
+  if (registry_->config().log.log_disconnections) {
+    PGFLEET_LOG(kInfo, "client_disconnect", "client=", id_, " addr=", peer_address_,
               " user=", base::LogQuote(user_), " db=", base::LogQuote(database_),
               " state=", ClientStateName(state_), " reason=", base::LogQuote(reason));
+  }
   if (cancel_key_registered_) {
     registry_->ForgetCancelKey(cancel_key_);
     cancel_key_registered_ = false;
@@ -371,8 +373,10 @@ void ClientConn::SendWelcome(const std::vector<std::pair<std::string, std::strin
     Close("write failed");
     return;
   }
-  PGFLEET_LOG(kInfo, "client_login", "client=", id_, " addr=", peer_address_,
+if (registry_->config().log.log_connections) {
+      PGFLEET_LOG(kInfo, "client_login", "client=", id_, " addr=", peer_address_,
               " user=", base::LogQuote(user_), " db=", base::LogQuote(database_));
+  }
 }
 
 void ClientConn::OnServerReleased() {
@@ -404,9 +408,22 @@ bool ClientConn::RelayToServer() {
   if (server_ == nullptr || closed()) return !closed();
   ServerConn* server = server_;
   const uint32_t max_packet = static_cast<uint32_t>(registry_->config().pool.max_packet_size);
+  const bool track = pool_->tracks_prepared_statements();
   auto data = in_.Readable();
   size_t pos = 0;
+  size_t sent_upto = 0;
   bool terminate = false;
+  auto flush = [&](size_t end) -> bool {
+    if (end > sent_upto) {
+      pool_->stats().received_bytes += end - sent_upto;
+      if (!server->Send(data.subspan(sent_upto, end - sent_upto))) {
+        server->Close("write to server failed");
+        return false;
+      }
+    }
+    sent_upto = end;
+    return true;
+  };
   while (pos < data.size()) {
     if (skip_remaining_ > 0) {
       size_t n = std::min(skip_remaining_, data.size() - pos);
@@ -427,17 +444,38 @@ bool ClientConn::RelayToServer() {
       Fatal(protocol::sqlstate::kProtocolViolation, base::Sv(valid.message()));
       return false;
     }
+    size_t skip = 0;  // leading bytes of this message replaced by a rewrite
+    if (track) {
+      scratch_.mutable_bytes().clear();
+      auto rewrite = RewritePrepared(*server, header, data.subspan(pos), &skip);
+      if (rewrite == PreparedRewrite::kNeedMore) break;
+      if (rewrite == PreparedRewrite::kFatal) return false;
+      if (rewrite == PreparedRewrite::kReplace) {
+        if (!flush(pos)) return !closed();
+        const auto& bytes = scratch_.bytes();
+        if (!bytes.empty() &&
+            !server->Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
+          server->Close("write to server failed");
+          return !closed();
+        }
+        sent_upto = pos + skip;
+      }
+    }
     switch (header.type) {
       case 'Q':
       case 'S':
       case 'F':
         if (!server->query_in_progress()) server->set_query_started_at(loop_.now());
         server->ExpectReadyForQuery();
+        if (track) server->PushPending({PendingKind::kSync, PendingAction::kForward});
         unsynced_ = false;
+        break;
+      case 'E':
+        if (track) server->PushPending({PendingKind::kExecute, PendingAction::kForward});
+        unsynced_ = true;
         break;
       case 'P':
       case 'B':
-      case 'E':
       case 'D':
       case 'C':
         unsynced_ = true;
@@ -457,20 +495,18 @@ bool ClientConn::RelayToServer() {
     skip_remaining_ = header.total_size() - n;
     pos += n;
   }
-  if (pos > 0) {
-    pool_->stats().received_bytes += pos;
-    if (!server->Send(data.subspan(0, pos))) {
-      server->Close("write to server failed");
-      return !closed();
-    }
-    in_.Consume(pos);
-  }
+  if (!flush(pos)) return !closed();
+  in_.Consume(pos);
   if (terminate) {
     in_.Consume(in_.size());
     Close("client close request");
     return false;
   }
   in_.ReleaseIfEmpty();
+  if (track && !server->FlushReadyFakesToClient()) {
+    Close("write to client failed");
+    return false;
+  }
   if (server->has_pending_output()) SetReadEnabled(false);
   return true;
 }

@@ -8,12 +8,16 @@
 #include <optional>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "pooler/auth/scram.h"
 #include "pooler/base/intrusive_list.h"
 #include "pooler/config/config.h"
 #include "pooler/net/connection.h"
 #include "pooler/pool/param_sync.h"
+#include "pooler/pool/prepared_statements.h"
+#include "pooler/protocol/byte_sink.h"
+#include "pooler/protocol/frame.h"
 #include "pooler/protocol/cancel_key.h"
 #include "pooler/protocol/startup.h"
 
@@ -61,6 +65,8 @@ class ClientConn final : public net::Connection, public base::ListNode {
 
   // Relays queued client bytes to the linked server; false when the client was closed.
   bool RelayToServer();
+  // The server dropped every prepared statement (DISCARD ALL / DEALLOCATE ALL from the client).
+  void ForgetPreparedStatements() { statements_.clear(); }
   // Continues after the auth_query answer: `found` false when no such user; `error` non-empty
   // when the query failed.
   void OnAuthQueryResult(bool found, const std::string& secret, std::string_view error);
@@ -120,7 +126,15 @@ class ClientConn final : public net::Connection, public base::ListNode {
   void HandleLoggedInData();
   void HandleAdminData();
   // `flush_first` bytes... see .cc
-  bool ScanAndForward();
+  enum class PreparedRewrite { kPassThrough, kReplace, kNeedMore, kFatal };
+  // Renames statements in Parse/Bind/Describe/Close for `server` (prepared_relay.cc). With
+  // kReplace, scratch_ holds bytes to send instead of the message's first `*skip` bytes.
+  PreparedRewrite RewritePrepared(ServerConn& server, const protocol::FrameHeader& header,
+                                  std::span<const uint8_t> available, size_t* skip);
+  // Makes sure `server` has `statement`, appending a hidden Parse (and an eviction Close) to
+  // scratch_ when it does not.
+  void EnsureOnServer(ServerConn& server, const StatementPtr& statement);
+  void AppendParse(ServerConn& server, const StatementPtr& statement, PendingAction action);
 
   PoolRegistry* registry_;
   uint64_t id_;
@@ -147,6 +161,9 @@ class ClientConn final : public net::Connection, public base::ListNode {
   bool holds_login_slot_ = false;                  // pool.max_concurrent_logins
   std::optional<config::AuthType> hba_auth_type_;  // the matching hba rule's method
   bool admin_console_ = false;
+  // Named prepared statements by the client's name (transaction/statement mode).
+  absl::flat_hash_map<std::string, StatementPtr> statements_;
+  protocol::StringSink scratch_;
   size_t skip_remaining_ = 0;
   bool in_copy_in_ = false;
   bool unsynced_ = false;

@@ -19,6 +19,11 @@ Pool::Pool(PoolRegistry* registry, config::DatabaseConfig db, std::string user)
 
 Pool::~Pool() = default;
 
+bool Pool::tracks_prepared_statements() const {
+  return mode_ != config::PoolMode::kSession &&
+         registry_->config().pool.max_prepared_statements > 0;
+}
+
 int Pool::pool_size() const { return registry_->config().EffectivePoolSize(db_); }
 
 void Pool::ApplyConfig(const config::DatabaseConfig& db) {
@@ -124,6 +129,8 @@ void Pool::Link(ClientConn* client, ServerConn* server) {
   MoveClient(client, ClientState::kActive);
   server->Attach(client);
   client->Attach(server);
+  // Backpressure belongs to a link: a server paused for its previous client reads again.
+  server->SetReadEnabled(true);
   stats_.RecordWait(
       static_cast<uint64_t>(absl::ToInt64Microseconds(now - client->wait_started_at())));
   ++stats_.server_assignments;
@@ -285,6 +292,7 @@ void Pool::ReleaseServer(ServerConn* server) {
     MoveClient(client, ClientState::kIdle);
   }
   server->touch(now);
+  server->SetReadEnabled(true);
   if (server->cancels_in_flight() > 0) {
     // A cancel may still land; keep the server out of use until it has (PROTOCOL-NOTES 1.5).
     MoveServer(server, ServerState::kCanceling);

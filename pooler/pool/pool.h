@@ -38,6 +38,9 @@ class Pool {
   // The user pgfleet logs in to the server as (db.user when forced).
   const std::string& server_user() const { return db_.user.empty() ? user_ : db_.user; }
   config::PoolMode mode() const { return mode_; }
+  // Named prepared statements are renamed and tracked per server (max_prepared_statements > 0,
+  // not session mode, where a client keeps its server and its statements).
+  bool tracks_prepared_statements() const;
   PoolRegistry* registry() const { return registry_; }
   ServerCredentials& credentials() { return credentials_; }
   PoolStats& stats() { return stats_; }

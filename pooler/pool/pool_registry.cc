@@ -5,6 +5,7 @@
 
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
+#include "pooler/config/worker_share.h"
 #include "pooler/net/socket.h"
 #include "pooler/pool/client_conn.h"
 #include "pooler/pool/server_conn.h"
@@ -96,7 +97,11 @@ int PoolRegistry::UserServerCount(const std::string& user) const {
 
 bool PoolRegistry::ServerBudgetAllows(const Pool* pool) const {
   // 0 = unlimited; config::kNoConnections (negative) = this worker's share is zero.
-  const int db_limit = pool->db().max_db_connections;
+  int db_limit = pool->db().max_db_connections;
+  if (db_caps_enabled_ && db_limit != 0) {
+    auto cap = db_caps_.find(pool->db().name);
+    db_limit = cap == db_caps_.end() || cap->second == 0 ? config::kNoConnections : cap->second;
+  }
   if (db_limit < 0 || (db_limit > 0 && DatabaseServerCount(pool->db().name) >= db_limit)) {
     return false;
   }
@@ -141,6 +146,13 @@ CancelOutcome PoolRegistry::HandleCancel(const protocol::CancelKey& key, bool fo
   }
   auto it = cancel_keys_.find(key);
   if (it == cancel_keys_.end()) {
+    // A key minted without a controller (pod block 0) may be the same-numbered worker's of
+    // another pod: the forwarder offers it to the other pods, once.
+    if (!forwarded && forwarder_ != nullptr && protocol::PodBlockOfPeerId(owner) == 0 &&
+        forwarder_->ForwardCancel(key)) {
+      ++counters_.cancels_forwarded;
+      return CancelOutcome::kForwarded;
+    }
     // Unknown keys are dropped silently, as PostgreSQL does.
     ++counters_.cancels_dropped;
     PGFLEET_LOG(kDebug, "cancel_dropped", "reason=unknown_key");
@@ -305,6 +317,51 @@ bool PoolRegistry::AllowCancelFrom(std::string_view peer_address) {
                 " total=", counters_.cancels_rate_limited);
   }
   return false;
+}
+
+std::optional<int> PoolRegistry::DatabaseCap(const std::string& db) const {
+  if (!db_caps_enabled_) return std::nullopt;
+  auto it = db_caps_.find(db);
+  return it == db_caps_.end() ? 0 : it->second;
+}
+
+int PoolRegistry::EnforceDatabaseCap(const std::string& db, bool force) {
+  const std::optional<int> cap = DatabaseCap(db);
+  if (!cap.has_value()) return 0;
+  int excess = DatabaseServerCount(db) - *cap;
+  if (excess <= 0) return 0;
+  std::vector<ServerConn*> idle, marked, busy;
+  for (const auto& [id, server] : servers_by_id_) {
+    if (server->pool()->db().name != db || server->state() == ServerState::kClosed) continue;
+    if (server->state() == ServerState::kIdle) {
+      idle.push_back(server);
+    } else if (server->close_on_release()) {
+      marked.push_back(server);
+    } else {
+      busy.push_back(server);
+    }
+  }
+  // Servers already marked close by themselves when released.
+  if (!force) excess -= static_cast<int>(marked.size());
+  int closed = 0;
+  for (ServerConn* server : idle) {
+    if (excess <= 0) break;
+    server->Close("over the budget share");
+    ++closed;
+    --excess;
+  }
+  if (force) busy.insert(busy.begin(), marked.begin(), marked.end());
+  for (ServerConn* server : busy) {
+    if (excess <= 0) break;
+    if (force) {
+      server->Close("budget share lost with the controller");
+      ++closed;
+    } else {
+      server->MarkCloseOnRelease();
+    }
+    --excess;
+  }
+  return closed;
 }
 
 }  // namespace pgfleet::pool

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -22,6 +23,7 @@
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/pause_state.h"
 #include "pooler/pool/pool.h"
+#include "pooler/pool/prepared_statements.h"
 #include "pooler/pool/rate_limiter.h"
 #include "pooler/pool/stats.h"
 #include "pooler/protocol/cancel_key.h"
@@ -40,6 +42,7 @@ class PoolRegistry final : public CancelTarget {
   const TrackedParamNames& tracked_params() const { return tracked_params_; }
   base::RandomSource& random() { return random_; }
   WorkerCounters& counters() { return counters_; }
+  StatementRegistry& statements() { return statements_; }
   ClientBudget& client_budget() { return client_budget_; }
   // Databases paused by the admin console; GetOrCreatePool pauses new pools of those.
   PauseState& pause_state() { return pause_state_; }
@@ -81,6 +84,15 @@ class PoolRegistry final : public CancelTarget {
   // True when `pool` may open one more server under its database's and user's budgets.
   bool ServerBudgetAllows(const Pool* pool) const;
   void CountServer(const Pool* pool, int delta);
+  // Caps on server connections per database granted by the budget controller (DESIGN.md
+  // "Connection budget"); until EnableDatabaseCaps() the static max_db_connections share applies.
+  void EnableDatabaseCaps() { db_caps_enabled_ = true; }
+  void SetDatabaseCap(const std::string& db, int cap) { db_caps_[db] = cap; }
+  // The cap in force for `db`: nullopt while caps are off, 0 when none was granted.
+  std::optional<int> DatabaseCap(const std::string& db) const;
+  // Brings `db` toward its cap: closes idle servers over it and marks busy ones to close on
+  // release (with `force`, closes busy ones too). Returns how many servers were closed now.
+  int EnforceDatabaseCap(const std::string& db, bool force);
   // Frees room for `pool` under max_db_connections by closing an idle server of another pool of
   // the same database. True when one was closed.
   bool EvictIdleServerFor(const Pool* pool);
@@ -138,6 +150,7 @@ class PoolRegistry final : public CancelTarget {
   ClientBudget client_budget_;
   PauseState pause_state_;
   WorkerCounters counters_;
+  StatementRegistry statements_;
 
   absl::flat_hash_map<std::pair<std::string, std::string>, std::unique_ptr<Pool>> pools_;
   absl::flat_hash_map<protocol::CancelKey, ClientConn*> cancel_keys_;
@@ -154,6 +167,8 @@ class PoolRegistry final : public CancelTarget {
   std::shared_ptr<const auth::HbaRules> hba_;
   size_t logins_in_progress_ = 0;
   RateLimiter cancel_limiter_{0};
+  bool db_caps_enabled_ = false;
+  absl::flat_hash_map<std::string, int> db_caps_;
 };
 
 }  // namespace pgfleet::pool

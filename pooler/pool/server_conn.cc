@@ -61,6 +61,7 @@ void ServerConn::Detach() { client_ = nullptr; }
 
 bool ServerConn::IsReleasable() const {
   return expected_rfq_ == 0 && hidden_rfq_ == 0 && tx_status_ == 'I' && skip_remaining_ == 0 &&
+         pending_.empty() &&
          (client_ == nullptr ||
           (!client_->in_copy_in() && !client_->unsynced() && !client_->mid_message()));
 }
@@ -390,8 +391,93 @@ void ServerConn::FinishAuthQuery() {
   auth_query_secret_.clear();
 }
 
+bool ServerConn::OnPendingResponse(uint8_t type) {
+  switch (type) {
+    case '1':  // ParseComplete
+    case '2':  // BindComplete
+    case '3':  // CloseComplete
+    case 'n': {  // NoData (Describe)
+      if (pending_.empty()) return true;
+      Pending head = pending_.front();
+      pending_.pop_front();
+      return head.action != PendingAction::kHide;
+    }
+    case 'T':  // RowDescription: ends a Describe; inside a Query it belongs to the Query
+      if (!pending_.empty() && pending_.front().kind == PendingKind::kDescribe) pending_.pop_front();
+      return true;
+    case 'C':
+    case 'I':
+    case 's':
+      if (!pending_.empty() && pending_.front().kind == PendingKind::kExecute) pending_.pop_front();
+      return true;
+    case 'E':
+      // The failing message is the head (unless it is a simple Query, answered by its 'Z').
+      // Errors always reach the client: a failed re-Parse reports for the message that needed it.
+      if (!pending_.empty() && pending_.front().kind != PendingKind::kSync) {
+        Pending head = pending_.front();
+        pending_.pop_front();
+        if (head.kind == PendingKind::kParse && head.statement_id != 0) {
+          statements_.Remove(head.statement_id);
+        }
+        pipeline_failed_ = true;
+      }
+      return true;
+    case 'Z':
+      if (pipeline_failed_) {
+        // Everything up to the Sync was skipped: statements it would have created do not exist.
+        while (!pending_.empty() && pending_.front().kind != PendingKind::kSync) {
+          Pending skipped = pending_.front();
+          pending_.pop_front();
+          if (skipped.kind == PendingKind::kParse && skipped.statement_id != 0) {
+            statements_.Remove(skipped.statement_id);
+          }
+        }
+        pipeline_failed_ = false;
+      }
+      if (!pending_.empty() && pending_.front().kind == PendingKind::kSync) pending_.pop_front();
+      return true;
+    default:
+      return true;
+  }
+}
+
+bool ServerConn::TakeReadyFakes(protocol::StringSink& sink) {
+  bool any = false;
+  while (!pipeline_failed_ && !pending_.empty()) {
+    const auto action = pending_.front().action;
+    if (action == PendingAction::kFakeParseComplete) {
+      protocol::BuildParseComplete(sink);
+    } else if (action == PendingAction::kFakeCloseComplete) {
+      protocol::BuildCloseComplete(sink);
+    } else {
+      break;
+    }
+    pending_.pop_front();
+    any = true;
+  }
+  return any;
+}
+
+bool ServerConn::FlushReadyFakesToClient() {
+  if (client_ == nullptr || skip_remaining_ > 0) return true;
+  protocol::StringSink sink;
+  if (!TakeReadyFakes(sink)) return true;
+  const auto& bytes = sink.bytes();
+  return client_->Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+}
+
 bool ServerConn::OnBackendMessage(uint8_t type, std::span<const uint8_t> body) {
   const bool hidden = hidden_rfq_ > 0 || auth_query_running_;
+  const bool pass =
+      hidden || (pending_.empty() && !pipeline_failed_) ? true : OnPendingResponse(type);
+  if (type == 'C' && !body.empty()) {
+    // DISCARD ALL / DEALLOCATE ALL drop every prepared statement on the server.
+    auto tag = protocol::ParseCommandComplete(body);
+    if (tag.ok() && (*tag == "DISCARD ALL" || *tag == "DEALLOCATE ALL")) {
+      statements_.Clear();
+      if (client_ != nullptr && !hidden) client_->ForgetPreparedStatements();
+    }
+  }
   switch (type) {
     case 'Z': {
       auto status = protocol::ParseReadyForQuery(body);
@@ -411,7 +497,7 @@ bool ServerConn::OnBackendMessage(uint8_t type, std::span<const uint8_t> body) {
         stats.RecordQuery(
             static_cast<uint64_t>(absl::ToInt64Microseconds(loop_.now() - query_started_at_)));
       }
-      return client_ != nullptr;
+      return client_ != nullptr && pass;
     }
     case 'S':
       TrackParameterStatus(body);
@@ -440,7 +526,7 @@ bool ServerConn::OnBackendMessage(uint8_t type, std::span<const uint8_t> body) {
     OnAuthQueryMessage(type, body);
     return false;
   }
-  return !hidden && client_ != nullptr;
+  return !hidden && client_ != nullptr && pass;
 }
 
 void ServerConn::ProcessRelay() {
@@ -461,6 +547,19 @@ void ServerConn::ProcessRelay() {
     forward_start = end;
     return true;
   };
+  // Stand-in responses go out right after the message that made them due.
+  auto emit_fakes = [&](size_t end) -> bool {
+    if (pending_.empty() || client == nullptr || client_ != client) return true;
+    protocol::StringSink fakes;
+    if (!TakeReadyFakes(fakes)) return true;
+    if (!forward(end)) return false;
+    const auto& bytes = fakes.bytes();
+    if (!client->Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
+      client->Close("write to client failed");
+      return false;
+    }
+    return true;
+  };
   const bool login = state_ == ServerState::kLogin;
   while (pos < data.size()) {
     if (skip_remaining_ > 0) {
@@ -471,6 +570,7 @@ void ServerConn::ProcessRelay() {
       }
       pos += n;
       skip_remaining_ -= n;
+      if (skip_remaining_ == 0 && !emit_fakes(pos)) return;
       continue;
     }
     protocol::FrameHeader header;
@@ -504,6 +604,7 @@ void ServerConn::ProcessRelay() {
         forward_start = pos + header.total_size();
       }
       pos += header.total_size();
+      if (!emit_fakes(pos)) return;
     } else {
       // Streamed (DataRow, CopyData, ...): relay what is here, the rest as it comes.
       bool to_client = OnBackendMessage(header.type, {});
@@ -515,6 +616,7 @@ void ServerConn::ProcessRelay() {
         forward_start = pos + n;
       }
       pos += n;
+      if (skip_remaining_ == 0 && !emit_fakes(pos)) return;
     }
   }
   if (!forward(pos)) return;

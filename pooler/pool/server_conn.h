@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,7 +15,9 @@
 #include "pooler/base/intrusive_list.h"
 #include "pooler/net/connection.h"
 #include "pooler/pool/param_sync.h"
+#include "pooler/pool/prepared_statements.h"
 #include "pooler/protocol/backend.h"
+#include "pooler/protocol/byte_sink.h"
 
 namespace pgfleet::pool {
 
@@ -91,6 +94,15 @@ class ServerConn final : public net::Connection, public base::ListNode {
   // The client waiting for this server's auth_query answer went away.
   void AbandonAuthQuery() { auth_query_client_ = nullptr; }
 
+  // Prepared statements (transaction/statement mode): what this server has, and the responses
+  // it owes for extended-protocol messages in flight.
+  ServerStatementCache& statements() { return statements_; }
+  void PushPending(const Pending& pending) { pending_.push_back(pending); }
+  bool has_pending() const { return !pending_.empty(); }
+  // Sends stand-in responses that are due now straight to the client (when nothing the server
+  // owes comes before them). False when the client write failed.
+  bool FlushReadyFakesToClient();
+
   // Closes the socket, unlinks, and leaves the pool. `reason` is logged.
   void Close(std::string_view reason);
 
@@ -107,6 +119,10 @@ class ServerConn final : public net::Connection, public base::ListNode {
   bool OnBackendMessage(uint8_t type, std::span<const uint8_t> body);
   void TrackParameterStatus(std::span<const uint8_t> body);
   void AfterRelayChunk();
+  // Pops what `type` answers; returns false when the response must be hidden.
+  bool OnPendingResponse(uint8_t type);
+  // Appends ParseComplete/CloseComplete for leading stand-in entries, popping them.
+  bool TakeReadyFakes(protocol::StringSink& sink);
   void OnAuthQueryMessage(uint8_t type, std::span<const uint8_t> body);
   void FinishAuthQuery();
 
@@ -125,6 +141,9 @@ class ServerConn final : public net::Connection, public base::ListNode {
   int cancels_in_flight_ = 0;
 
   ParamSet params_;
+  ServerStatementCache statements_;
+  std::deque<Pending> pending_;
+  bool pipeline_failed_ = false;  // an error: the server skips to the next Sync
   std::vector<std::pair<std::string, std::string>> login_params_;
   uint32_t backend_pid_ = 0;
   std::vector<uint8_t> backend_secret_;

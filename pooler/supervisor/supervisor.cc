@@ -133,7 +133,8 @@ absl::Status Supervisor::Init() {
   RETURN_IF_ERROR(signals_->Start());
   ASSIGN_OR_RETURN(config_, config::LoadConfigFile(options_.config_path));
   worker_count_ = ResolveWorkerCount(config_.workers);
-  if (worker_count_ > static_cast<int>(protocol::kMaxPeerId) / 2) {
+  // Local peer ids are 8 bits (protocol/cancel_key.h); a rolling restart holds two per slot.
+  if (worker_count_ > static_cast<int>(protocol::kMaxLocalPeerId) / 2) {
     return absl::InvalidArgumentError(
         absl::StrCat(options_.config_path, ": workers: too many workers (", worker_count_, ")"));
   }
@@ -228,7 +229,7 @@ uint32_t Supervisor::NextPeerId() {
   // process that minted it (a draining worker and its replacement differ).
   while (true) {
     uint32_t id = next_peer_id_;
-    next_peer_id_ = next_peer_id_ >= protocol::kMaxPeerId ? 1 : next_peer_id_ + 1;
+    next_peer_id_ = next_peer_id_ >= protocol::kMaxLocalPeerId ? 1 : next_peer_id_ + 1;
     bool used = false;
     for (const auto& [pid, p] : processes_) used |= p.peer_id == id;
     if (!used) return id;
@@ -425,9 +426,24 @@ void Supervisor::BeginShutdown(int signo) {
 void Supervisor::CheckBinaryChanged() {
   struct stat st;
   if (stat(options_.binary_path.c_str(), &st) != 0) return;
-  if (st.st_ino == binary_inode_ && st.st_mtim.tv_sec == binary_mtime_) return;
+  if (st.st_ino == binary_inode_ && st.st_mtim.tv_sec == binary_mtime_) {
+    pending_binary_checks_ = 0;
+    return;
+  }
+  // Roll only once the new file has stopped changing (a deploy or a linker may still be writing
+  // it): the same inode, size and mtime on two checks in a row.
+  if (st.st_ino != candidate_inode_ || st.st_size != candidate_size_ ||
+      st.st_mtim.tv_sec != candidate_mtime_) {
+    candidate_inode_ = st.st_ino;
+    candidate_size_ = st.st_size;
+    candidate_mtime_ = st.st_mtim.tv_sec;
+    pending_binary_checks_ = 1;
+    return;
+  }
+  if (++pending_binary_checks_ < 2) return;
   binary_inode_ = st.st_ino;
   binary_mtime_ = st.st_mtim.tv_sec;
+  pending_binary_checks_ = 0;
   BeginRollingRestart("binary changed");
 }
 

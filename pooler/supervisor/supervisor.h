@@ -97,6 +97,10 @@ class Supervisor {
   uint64_t worker_restarts_ = 0;
   ino_t binary_inode_ = 0;
   int64_t binary_mtime_ = 0;
+  ino_t candidate_inode_ = 0;
+  off_t candidate_size_ = 0;
+  int64_t candidate_mtime_ = 0;
+  int pending_binary_checks_ = 0;
   std::unique_ptr<metrics::SnapshotRegion> metrics_region_;
   std::unique_ptr<metrics::Exporter> exporter_;
   std::vector<bool> metrics_slot_used_;
