@@ -104,7 +104,12 @@ PgServer::PgServer() : bindir_(FindBindir()) {
             "local all all trust\n"
             "host all all 127.0.0.1/32 trust\n");
   Start();
-  std::atexit([] { PgServer::Shared().Stop(); });
+  std::atexit([] {
+    PgServer& server = PgServer::Shared();
+    server.Stop();
+    // Leave nothing behind in /tmp: data directories add up over many runs.
+    RunCommand(absl::StrCat("rm -rf '", server.socket_dir(), "'"));
+  });
 }
 
 PgServer::~PgServer() { Stop(); }
