@@ -31,4 +31,18 @@ inline constexpr uint32_t MakeCancelPid(uint32_t peer_id, uint32_t random) {
 }
 inline constexpr uint32_t PeerIdOfCancelPid(uint32_t pid) { return (pid >> 15) & kMaxPeerId; }
 
+// A peer id is (pod block << 8) | local id. The supervisor hands out local ids 1..255 within its
+// pod; pgfleet-controller gives each pod a block 1..255 (peering/controller/controller_service.h
+// explains why ids are then fleet-unique). Block 0 = no controller: the id is only pod-unique.
+inline constexpr int kLocalPeerIdBits = 8;
+inline constexpr uint32_t kMaxLocalPeerId = (1u << kLocalPeerIdBits) - 1;
+inline constexpr uint32_t kMaxPodBlock = kMaxPeerId >> kLocalPeerIdBits;
+inline constexpr uint32_t MakePeerId(uint32_t block, uint32_t local) {
+  return ((block & kMaxPodBlock) << kLocalPeerIdBits) | (local & kMaxLocalPeerId);
+}
+inline constexpr uint32_t PodBlockOfPeerId(uint32_t peer_id) {
+  return (peer_id >> kLocalPeerIdBits) & kMaxPodBlock;
+}
+inline constexpr uint32_t LocalPartOfPeerId(uint32_t peer_id) { return peer_id & kMaxLocalPeerId; }
+
 }  // namespace pgfleet::protocol
