@@ -1,6 +1,7 @@
 // Fuzzes framing of client messages and the frontend body parsers the pooler itself runs
 // (PasswordMessage, SASLInitialResponse, Query): frames are cut with PeekHeader as the relay and
-// the login code cut them, and every parser is run on every body. Views must stay in the input.
+// the login code cut them, checked with CheckFrontendHeader as the relay checks them, and every
+// parser is run on every body. Views must stay in the input.
 #include <cstdint>
 #include <span>
 
@@ -24,6 +25,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     FUZZ_CHECK(header.length >= 4 && header.length <= max_length);
     (void)FrontendNeedsBody(header.type);
+    // The relay's gate: whatever it lets through is a type PostgreSQL knows, within its limits.
+    if (CheckFrontendHeader(header).ok()) {
+      FUZZ_CHECK(header.length <= 0x3ffffffe);
+      FUZZ_CHECK(header.type != 'p' && header.type != 'z');
+    }
     if (input.size() < header.total_size()) break;
     std::span<const uint8_t> body = input.subspan(kHeaderSize, header.body_size());
     if (auto password = ParsePasswordMessage(body); password.ok()) {
