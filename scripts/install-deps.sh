@@ -10,8 +10,11 @@ apt-get install -y -qq --no-install-recommends \
   libgtest-dev libgmock-dev googletest \
   postgresql postgresql-contrib libpq-dev postgresql-client \
   pgbouncer clang-format procps iproute2 \
-  clang libclang-rt-14-dev prometheus python3-yaml >/dev/null
+  clang libclang-rt-14-dev prometheus python3-yaml \
+  python3-pytest python3-psycopg python3-asyncpg python3-psycopg2 \
+  libpostgresql-jdbc-java default-jdk-headless >/dev/null
 # clang + libclang-rt-14-dev: libFuzzer and the sanitizer runtimes for tests/fuzz/run.sh.
 # prometheus + python3-yaml: tests/integration/metrics_test.cc runs a real Prometheus against the
 # dashboard's and the alerts' queries (tests/integration/promql_check.py).
+# python3-pytest, the three Python drivers, pgjdbc and a JDK (javac): tests/drivers.
 # Debian starts a cluster on 5432 when postgresql is installed; our scripts start their own.

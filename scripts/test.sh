@@ -28,6 +28,10 @@ export PGFLEET_BIN
 failed=0
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 || failed=1
 
+# Real drivers (psycopg 3, asyncpg, psycopg2, pgjdbc) through pgfleet in transaction mode, with
+# server-side prepared statements. Debian's python3: the drivers and pytest are Debian packages.
+timeout -k 30 300 /usr/bin/python3 -m pytest -q tests/drivers || failed=1
+
 # libFuzzer targets (clang, ASan+UBSan) over their seed corpora; a crash fails the run.
 # FUZZ_SECONDS per target (6 targets); SKIP_FUZZ=1 skips them.
 if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
