@@ -145,10 +145,11 @@ absl::Status Supervisor::Init() {
     return absl::InternalError(absl::StrCat("cannot create runtime directory under ", base));
   }
   runtime_dir_ = tmpl;
+  // Metrics first: once the client port is bound it accepts, and workers should follow at once.
+  RETURN_IF_ERROR(StartMetrics());
   RETURN_IF_ERROR(CreateListeners());
   ASSIGN_OR_RETURN(budget_fd_, pool::ClientBudget::CreateSharedRegion());
   fcntl(budget_fd_, F_SETFD, FD_CLOEXEC);  // opened to each worker explicitly in Spawn
-  RETURN_IF_ERROR(StartMetrics());
   backoff_.assign(static_cast<size_t>(worker_count_), kMinBackoff);
   last_crash_.assign(static_cast<size_t>(worker_count_), absl::InfinitePast());
   struct stat st;
