@@ -87,6 +87,14 @@ void Connection::SetReadEnabled(bool enabled) {
   UpdateInterest();
 }
 
+void Connection::DiscardPendingInput() {
+  if (fd_ < 0) return;
+  uint8_t sink[16384];
+  for (int i = 0; i < 64; ++i) {
+    if (recv(fd_, sink, sizeof(sink), MSG_DONTWAIT) <= 0) break;
+  }
+}
+
 void Connection::CloseSocket() {
   if (fd_ < 0) return;
   loop_.Remove(fd_);

@@ -41,6 +41,10 @@ class Connection : public IoHandler, public DeferredDeletable {
   void SetReadEnabled(bool enabled);
   bool read_enabled() const { return read_enabled_; }
 
+  // Reads and drops whatever the peer already sent (bounded). Closing a socket with unread input
+  // makes Linux send RST, which can destroy a FATAL we just wrote before the client reads it.
+  void DiscardPendingInput();
+
   // Deregisters and closes the fd; buffers are released. Safe to call twice.
   void CloseSocket();
 

@@ -332,6 +332,7 @@ void ClientConn::Close(std::string_view reason) {
 void ClientConn::FatalRaw(std::span<const uint8_t> error_message) {
   if (closed()) return;
   (void)Send(error_message);
+  DiscardPendingInput();
   Close("server login failed");
 }
 
@@ -341,6 +342,7 @@ void ClientConn::Fatal(std::string_view sqlstate, std::string_view message) {
   protocol::StringSink sink;
   protocol::BuildErrorResponse(sink, "FATAL", sqlstate, message);
   (void)Send(AsBytes(sink.bytes()));
+  DiscardPendingInput();
   Close(message);
 }
 
