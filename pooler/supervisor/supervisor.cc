@@ -116,13 +116,21 @@ Supervisor::Supervisor(SupervisorOptions options) : options_(std::move(options))
 
 Supervisor::~Supervisor() {
   ready_watchers_.clear();
+  ReleaseRuntimeFiles();
+}
+
+void Supervisor::ReleaseRuntimeFiles() {
   for (int fd : tcp_fds_) close(fd);
+  tcp_fds_.clear();
   if (unix_fd_ >= 0) close(unix_fd_);
+  unix_fd_ = -1;
   if (budget_fd_ >= 0) close(budget_fd_);
+  budget_fd_ = -1;
   if (!runtime_dir_.empty()) {
     std::string cmd = absl::StrCat("rm -rf '", runtime_dir_, "'");
     int ignored = system(cmd.c_str());
     (void)ignored;
+    runtime_dir_.clear();
   }
 }
 

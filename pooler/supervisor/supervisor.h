@@ -43,6 +43,9 @@ class Supervisor {
 
   int worker_count() const { return worker_count_; }
 
+  // Closes the listening sockets and removes the runtime directory (also done by the destructor).
+  void ReleaseRuntimeFiles();
+
  private:
   enum class Role { kStarting, kActive, kDraining };
   struct Process {
