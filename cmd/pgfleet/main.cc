@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "pooler/base/log.h"
+#include "peering/fleet_options.h"
 #include "pooler/base/strings.h"
 #include "pooler/config/config.h"
 #include "pooler/supervisor/supervisor.h"
@@ -53,6 +54,14 @@ int CheckConfig(const std::string& path) {
   if (!hba.ok()) {
     std::fprintf(stderr, "%s\n", std::string(hba.status().message()).c_str());
     return 1;
+  }
+  auto fleet = pgfleet::peering::ParseFleetOptions(*config);
+  if (!fleet.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(fleet.status().message()).c_str());
+    return 1;
+  }
+  for (const auto& warning : fleet->warnings) {
+    std::fprintf(stderr, "%s: warning: %s\n", path.c_str(), warning.c_str());
   }
   std::printf("%s: configuration is valid\n", path.c_str());
   return 0;

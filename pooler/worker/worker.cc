@@ -69,6 +69,12 @@ absl::Status Worker::Init() {
   RETURN_IF_ERROR(loop_.Init());
   ASSIGN_OR_RETURN(config::Config fleet_config, config::LoadConfigFile(options_.config_path));
   ASSIGN_OR_RETURN(auth::Userlist userlist, LoadUserlistFor(fleet_config));
+  // With pgfleet-controller the fleet-wide peer id comes from it (peering/controller/
+  // controller_service.h); the supervisor's id stays the slot of the shared client budget.
+  ASSIGN_OR_RETURN(fleet_, peering::WorkerFleet::Create(loop_, fleet_config, options_.peer_id,
+                                                        options_.runtime_dir));
+  const uint32_t local_peer_id = options_.peer_id;
+  options_.peer_id = fleet_->RegisterPeerId();
   ASSIGN_OR_RETURN(std::shared_ptr<const auth::HbaRules> hba, LoadHbaFor(fleet_config));
   config_ = std::make_shared<const config::Config>(
       config::ShareForWorker(fleet_config, options_.slot, options_.worker_count));
@@ -78,11 +84,12 @@ absl::Status Worker::Init() {
   if (config_->log.level == "error") base::SetLogLevel(base::LogLevel::kError);
   registry_ = std::make_unique<pool::PoolRegistry>(loop_, config_, std::move(userlist),
                                                    options_.peer_id, base::SystemRandom());
+  fleet_->AttachRegistry(registry_.get());
   registry_->set_hba(std::move(hba));
   StartStats(fleet_config);
   if (options_.client_budget_fd >= 0) {
     RETURN_IF_ERROR(
-        registry_->client_budget().AttachShared(options_.client_budget_fd, options_.peer_id));
+        registry_->client_budget().AttachShared(options_.client_budget_fd, local_peer_id));
   }
 
   auto on_accept = [this](int fd, std::string peer) {
@@ -137,15 +144,21 @@ absl::Status Worker::StartPeering() {
       [this](const peering::v1::AdminCommandRequest& request, auto done) {
         admin_actions_->Apply(request, std::move(done));
       });
+  peering::PeeringServiceOptions service_options = fleet_->ServiceOptions(options_.peer_id);
+  service_options.relay_to_sibling = [this](const protocol::CancelKey& key) {
+    return forwarder_ != nullptr && forwarder_->ForwardToSibling(key);
+  };
+  peering_service_->set_options(std::move(service_options));
   const std::string path = peers_->SocketPathFor(options_.peer_id);
   unlink(path.c_str());
   ASSIGN_OR_RETURN(peering_server_,
-                   peering::PeeringServer::Start("unix:" + path, peering_service_.get()));
+                   peering::PeeringServer::Start(fleet_->ListenPorts("unix:" + path),
+                                                  peering_service_.get()));
   // A test-only switch shows what a fleet without forwarding does to cancels.
-  auto it = config_->peering.find("forward_cancels");
-  if (it == config_->peering.end() || it->second != "false") {
-    forwarder_ = std::make_unique<peering::GrpcCancelForwarder>(*peers_, options_.peer_id,
-                                                                config_->pool.cancel_wait_timeout);
+  if (fleet_->options().peering.forward_cancels) {
+    forwarder_ = std::make_unique<peering::GrpcCancelForwarder>(
+        *peers_, options_.peer_id, config_->pool.cancel_wait_timeout, fleet_->directory(),
+        fleet_->credentials());
     registry_->set_cancel_forwarder(forwarder_.get());
   }
   return absl::OkStatus();
@@ -154,6 +167,7 @@ absl::Status Worker::StartPeering() {
 absl::Status Worker::Run() {
   PGFLEET_LOG(kInfo, "worker_serving", "pid=", getpid());
   absl::Status status = loop_.Run();
+  if (fleet_ != nullptr) fleet_->Leave();  // every server is closed: the share is free at once
   OnShutdownStarted();  // publishes the final counters for the supervisor
   if (peering_server_ != nullptr) {
     peering_server_->Shutdown();
@@ -190,6 +204,7 @@ void Worker::Reload() {
   }
   registry_->set_hba(*std::move(hba));
   SetFleetConfig(*config);
+  fleet_->UpdateConfig(*config);
   PGFLEET_LOG(kInfo, "reloaded", "config=", options_.config_path);
 }
 

@@ -9,6 +9,7 @@
 #include "peering/cancel_forwarder.h"
 #include "peering/peer_directory.h"
 #include "peering/peering_service.h"
+#include "peering/worker_fleet.h"
 #include "pooler/admin/actions.h"
 #include "pooler/admin/console.h"
 #include "pooler/admin/fanout.h"
@@ -72,6 +73,7 @@ class Worker {
   std::unique_ptr<pool::PoolRegistry> registry_;
   std::vector<std::unique_ptr<net::Listener>> listeners_;
   std::unique_ptr<SignalHandler> signals_;
+  std::unique_ptr<peering::WorkerFleet> fleet_;  // outlives the forwarder that uses it
   std::unique_ptr<peering::PeerDirectory> peers_;
   std::unique_ptr<peering::GrpcCancelForwarder> forwarder_;
   std::unique_ptr<peering::PeeringService> peering_service_;

@@ -23,8 +23,8 @@ std::string PgfleetBinary() {
 }
 
 PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string& userlist,
-                               const std::string& listen_extra)
-    : listen_extra_(listen_extra) {
+                               const std::string& listen_extra, const std::string& address)
+    : listen_extra_(listen_extra), address_(address) {
   char tmpl[] = "/tmp/pgfleet-it-XXXXXX";
   dir_ = mkdtemp(tmpl);
   port_ = FreePort();
@@ -44,7 +44,8 @@ PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string
   }
   // Ready when the TCP port accepts (bounded wait).
   for (int i = 0; i < 200; ++i) {
-    if (RunCommand(absl::StrCat("bash -c 'exec 3<>/dev/tcp/127.0.0.1/", port_, "' 2>/dev/null")) ==
+    if (RunCommand(absl::StrCat("bash -c 'exec 3<>/dev/tcp/", address_, "/", port_,
+                                "' 2>/dev/null")) ==
         0) {
       return;
     }
@@ -67,7 +68,7 @@ std::string PgfleetProcess::WriteConfig(const std::string& config_body) const {
       config_body.rfind("metrics:", 0) == std::string::npos) {
     metrics = absl::StrCat("\nmetrics:\n  listen: 127.0.0.1:", metrics_port_, "\n");
   }
-  return absl::StrCat("listen:\n  address: 127.0.0.1\n  port: ", port_, "\n", listen_extra_,
+  return absl::StrCat("listen:\n  address: ", address_, "\n  port: ", port_, "\n", listen_extra_,
                       config_body, metrics);
 }
 
@@ -77,7 +78,7 @@ void PgfleetProcess::RewriteConfig(const std::string& config_body) const {
 
 std::string PgfleetProcess::ConnString(const std::string& user, const std::string& dbname,
                                        const std::string& extra) const {
-  return absl::StrCat("host=127.0.0.1 port=", port_, " user=", user, " dbname=", dbname,
+  return absl::StrCat("host=", address_, " port=", port_, " user=", user, " dbname=", dbname,
                       " connect_timeout=10 ", extra);
 }
 

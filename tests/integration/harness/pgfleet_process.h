@@ -13,11 +13,14 @@ class PgfleetProcess {
   // `config_body` is YAML without the `listen:` section (added with a free port).
   // `userlist` is the auth file's content (empty = none written).
   // `listen_extra` adds keys to the listen section (e.g. "  unix_socket_dir: /tmp/x\n").
+  // `address` is where it listens for clients (another loopback address, such as 127.0.0.2,
+  // stands in for another pod).
   PgfleetProcess(const std::string& config_body, const std::string& userlist = "",
-                 const std::string& listen_extra = "");
+                 const std::string& listen_extra = "", const std::string& address = "127.0.0.1");
   ~PgfleetProcess();
 
   int port() const { return port_; }
+  const std::string& address() const { return address_; }
   // Where /metrics, /healthz and /readyz listen (unless the config sets metrics itself).
   int metrics_port() const { return metrics_port_; }
   pid_t pid() const { return pid_; }
@@ -41,6 +44,7 @@ class PgfleetProcess {
   std::string WriteConfig(const std::string& config_body) const;
 
   std::string listen_extra_;
+  std::string address_;
   std::string dir_;
   std::string config_path_;
   int port_ = 0;

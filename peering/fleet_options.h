@@ -1,0 +1,84 @@
+// The typed `peering:` and `controller:` sections of pgfleet.yaml. The config loader keeps both as
+// flattened maps ("tls.cert_file" -> "/x", "static_peers.0" -> "10.0.0.2:9128"); this is where
+// they get a schema, with errors that name the key, shared by the workers, pgfleet-controller and
+// `pgfleet --check-config`.
+//
+//   peering:
+//     runtime_dir: /run/pgfleet        # where the supervisor makes the pod's socket directory
+//     listen: 0.0.0.0:9128             # the pod's TCP endpoint for other pods (every worker of
+//                                      # the pod binds it with SO_REUSEPORT); empty = none
+//     advertise_address: 10.1.2.3:9128 # how other pods reach it, or:
+//     advertise_address_env: POD_IP    # the host from this environment variable, listen's port
+//     token_file: /etc/pgfleet/peering-token   # shared token, required with `listen`...
+//     tls: {cert_file: ..., key_file: ..., ca_file: ..., server_name: pgfleet}  # ...or mTLS
+//     static_peers: [10.0.0.2:9128]    # other pods, without a controller
+//     discovery_dns: pgfleet-peers.ns.svc.cluster.local  # headless Service; port from listen
+//   controller:
+//     address: pgfleet-controller:9130 # workers lease their budget shares from here
+//     listen: 0.0.0.0:9130             # pgfleet-controller binds this
+//     lease_timeout: 15s               # a worker cut off this long falls back to its floor
+//     renew_interval: 1s               # reports (demand, open servers) and renewals
+//     forget_after: 5m                 # a silent worker is then assumed gone (it drops to 0)
+//     min_share: 1                     # the floor per worker (at most half of a budget)
+//     register_timeout: 5s             # how long a starting worker waits for its peer id
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pooler/config/config.h"
+
+namespace pgfleet::peering {
+
+struct TlsOptions {
+  std::string cert_file;  // this endpoint's certificate (PEM); set = TLS on
+  std::string key_file;
+  std::string ca_file;  // the CA that signs every peer; clients must present a certificate
+  std::string server_name = "pgfleet";  // the name peers' certificates are checked against
+  bool enabled() const { return !cert_file.empty(); }
+};
+
+struct PeeringOptions {
+  std::string runtime_dir;
+  std::string listen;
+  std::string advertise_address;
+  std::string advertise_address_env;
+  std::string token_file;
+  TlsOptions tls;
+  std::vector<std::string> static_peers;
+  std::string discovery_dns;
+  absl::Duration discovery_interval = absl::Seconds(10);
+  bool forward_cancels = true;  // a test-only switch: false shows what forwarding is for
+};
+
+struct ControllerOptions {
+  std::string address;
+  std::string listen;
+  absl::Duration lease_timeout = absl::Seconds(15);
+  absl::Duration renew_interval = absl::Seconds(1);
+  absl::Duration forget_after = absl::Minutes(5);
+  absl::Duration register_timeout = absl::Seconds(5);
+  int min_share = 1;
+  bool enabled() const { return !address.empty(); }
+};
+
+struct FleetOptions {
+  PeeringOptions peering;
+  ControllerOptions controller;
+  // Keys that mean nothing to this version, one "peering.x: unknown key, ignored" each.
+  std::vector<std::string> warnings;
+};
+
+// Reads and checks both sections. Errors are InvalidArgument, one line per problem, each naming
+// the file and the key: "/etc/pgfleet.yaml: controller.lease_timeout: must be at least 3 x
+// controller.renew_interval". Files (token, certificates) are not read here, so a config can be
+// checked away from the pod; LoadToken and the credentials do that at start.
+absl::StatusOr<FleetOptions> ParseFleetOptions(const config::Config& config);
+
+// The advertised peering address: advertise_address, else the host from advertise_address_env
+// with listen's port, else listen when its host is not a wildcard; empty when none of them works.
+std::string ResolveAdvertiseAddress(const PeeringOptions& options);
+
+}  // namespace pgfleet::peering

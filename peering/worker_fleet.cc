@@ -1,0 +1,193 @@
+// Worker-side fleet wiring.
+#include "peering/worker_fleet.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "pooler/base/log.h"
+#include "pooler/base/random.h"
+#include "pooler/base/status_macros.h"
+
+namespace pgfleet::peering {
+
+std::string PodIdFor(const std::string& runtime_dir) {
+  uint8_t bytes[12];
+  base::SecureRandomBytes(bytes);
+  std::string fresh = absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  if (runtime_dir.empty()) return fresh;
+  const std::string path = absl::StrCat(runtime_dir, "/pod-id");
+  const std::string tmp = absl::StrCat(path, ".", getpid());
+  // Write then link: the name appears complete or not at all, and only the first link wins.
+  if (std::ofstream(tmp) << fresh) {
+    if (link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST) {
+      unlink(tmp.c_str());
+      return fresh;
+    }
+  }
+  unlink(tmp.c_str());
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string id = ss.str();
+  absl::StripAsciiWhitespace(&id);
+  return id.empty() ? fresh : id;
+}
+
+// The lease client's view of the pools.
+class WorkerFleet::RegistryTarget final : public controller::CapTarget {
+ public:
+  RegistryTarget(pool::PoolRegistry* registry, const config::Config& fleet)
+      : registry_(registry), fleet_(fleet) {}
+
+  void set_fleet(const config::Config& fleet) { fleet_ = fleet; }
+
+  std::vector<Usage> Usages() override {
+    std::map<std::string, Usage> usages;
+    std::map<std::string, int> capacity;
+    for (const auto& [name, db] : fleet_.databases) {
+      if (name != "*" && db.max_db_connections > 0) {
+        usages[name] = Usage{name, db.max_db_connections, 0, 0};
+      }
+    }
+    const auto& config = registry_->config();
+    for (const auto& [key, pool] : registry_->pools()) {
+      const std::string& name = pool->db().name;
+      auto it = usages.find(name);
+      if (it == usages.end()) {
+        auto db = fleet_.FindDatabase(name);
+        if (!db.has_value() || db->max_db_connections <= 0) continue;
+        it = usages.emplace(name, Usage{name, db->max_db_connections, 0, 0}).first;
+      }
+      it->second.demand +=
+          static_cast<int>(pool->active_server_count() + pool->login_server_count() +
+                           pool->testing_server_count() + pool->waiting_count());
+      capacity[name] +=
+          config.EffectivePoolSize(pool->db()) + config.EffectiveReservePoolSize(pool->db());
+    }
+    std::vector<Usage> out;
+    for (auto& [name, usage] : usages) {
+      usage.open = registry_->DatabaseServerCount(name);
+      usage.demand = std::min(usage.demand, capacity[name]);
+      out.push_back(usage);
+    }
+    return out;
+  }
+  void SetCap(const std::string& database, int cap) override {
+    registry_->SetDatabaseCap(database, cap);
+  }
+  int Enforce(const std::string& database, bool force) override {
+    return registry_->EnforceDatabaseCap(database, force);
+  }
+
+ private:
+  pool::PoolRegistry* registry_;
+  config::Config fleet_;
+};
+
+WorkerFleet::WorkerFleet(net::EventLoop& loop, FleetOptions options, PeerCredentials credentials)
+    : loop_(loop), options_(std::move(options)), credentials_(std::move(credentials)) {}
+
+WorkerFleet::~WorkerFleet() {
+  lease_.reset();
+  dns_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<WorkerFleet>> WorkerFleet::Create(net::EventLoop& loop,
+                                                                 const config::Config& fleet_config,
+                                                                 uint32_t local_peer_id,
+                                                                 const std::string& runtime_dir) {
+  ASSIGN_OR_RETURN(FleetOptions options, ParseFleetOptions(fleet_config));
+  for (const auto& warning : options.warnings) {
+    PGFLEET_LOG(kWarning, "config_warning", "problem=", base::LogQuote(warning));
+  }
+  ASSIGN_OR_RETURN(PeerCredentials credentials, PeerCredentials::Load(options.peering));
+  auto fleet = std::unique_ptr<WorkerFleet>(
+      new WorkerFleet(loop, std::move(options), std::move(credentials)));
+  fleet->fleet_config_ = fleet_config;
+  fleet->local_peer_id_ = local_peer_id;
+  fleet->pod_id_ = PodIdFor(runtime_dir);
+  const PeeringOptions& peering = fleet->options_.peering;
+  const std::string advertise = ResolveAdvertiseAddress(peering);
+  if (!peering.listen.empty() || !peering.static_peers.empty() ||
+      fleet->options_.controller.enabled()) {
+    fleet->directory_ = std::make_unique<FleetDirectory>(advertise);
+    fleet->directory_->SetStaticPeers(peering.static_peers);
+  }
+  if (!peering.listen.empty() && advertise.empty()) {
+    PGFLEET_LOG(kWarning, "peering_not_advertised", "listen=", peering.listen,
+                " effect=\"other pods cannot forward cancels here\"");
+  }
+  if (fleet->options_.controller.enabled()) {
+    controller::LeaseIdentity identity{fleet->pod_id_, local_peer_id, advertise};
+    fleet->lease_ = std::make_unique<controller::LeaseClient>(
+        loop, fleet->options_.controller, fleet->credentials_, std::move(identity));
+  }
+  return fleet;
+}
+
+uint32_t WorkerFleet::RegisterPeerId() {
+  return lease_ != nullptr ? lease_->Register() : local_peer_id_;
+}
+
+void WorkerFleet::AttachRegistry(pool::PoolRegistry* registry) {
+  const PeeringOptions& peering = options_.peering;
+  if (!peering.discovery_dns.empty() && directory_ != nullptr) {
+    int port = 0;
+    (void)absl::SimpleAtoi(peering.listen.substr(peering.listen.rfind(':') + 1), &port);
+    FleetDirectory* directory = directory_.get();
+    dns_ = std::make_unique<DnsDiscovery>(loop_, peering.discovery_dns, port,
+                                          peering.discovery_interval,
+                                          [directory](std::vector<std::string> peers) {
+                                            directory->SetDiscoveredPeers(std::move(peers));
+                                          });
+    dns_->Start();
+  }
+  if (lease_ == nullptr) return;
+  registry->EnableDatabaseCaps();
+  target_ = std::make_unique<RegistryTarget>(registry, fleet_config_);
+  FleetDirectory* directory = directory_.get();
+  lease_->Attach(target_.get(), [directory](const controller::v1::Directory& d) {
+    std::map<uint32_t, std::set<std::string>> pods;
+    for (const auto& pod : d.pods()) {
+      if (pod.block() != 0 && !pod.peering_address().empty()) {
+        pods[pod.block()].insert(pod.peering_address());
+      }
+    }
+    directory->SetPods(std::move(pods));
+  });
+}
+
+void WorkerFleet::UpdateConfig(const config::Config& fleet_config) {
+  fleet_config_ = fleet_config;
+  if (target_ != nullptr) target_->set_fleet(fleet_config);
+}
+
+std::vector<ListenSpec> WorkerFleet::ListenPorts(const std::string& unix_address) const {
+  std::vector<ListenSpec> ports = {{unix_address, nullptr}};
+  if (!options_.peering.listen.empty()) {
+    ports.push_back({options_.peering.listen, credentials_.TcpServerCredentials()});
+  }
+  return ports;
+}
+
+PeeringServiceOptions WorkerFleet::ServiceOptions(uint32_t own_peer_id) const {
+  PeeringServiceOptions out;
+  out.own_peer_id = own_peer_id;
+  out.credentials = &credentials_;
+  return out;
+}
+
+void WorkerFleet::Leave() {
+  if (lease_ != nullptr) lease_->Leave(absl::Seconds(1));
+}
+
+}  // namespace pgfleet::peering

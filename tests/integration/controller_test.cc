@@ -1,0 +1,615 @@
+// pgfleet-controller with "pods" (pgfleet processes on 127.0.0.2, .3, .4, .5) in front of one
+// PostgreSQL: the fleet never holds more than max_db_connections, the busy pod gets most of it,
+// pods join and leave, the controller restarts or freezes, cancels cross pods over TCP, and the
+// peering port refuses calls without the token.
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "pgfleet/controller/v1/controller.grpc.pb.h"
+#include "pgfleet/peering/v1/peering.grpc.pb.h"
+#include "tests/integration/harness/controller_process.h"
+#include "tests/integration/harness/fixtures.h"
+
+namespace pgfleet::testing {
+namespace {
+
+namespace ctlv1 = ::pgfleet::controller::v1;
+namespace peerv1 = ::pgfleet::peering::v1;
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kBudget = 12;
+constexpr char kToken[] = "controller-test-token-6f1d2e";
+
+void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// The controller's gauges are refreshed a few times a second: waits up to 3 s for `series` to
+// read `want`, and returns what it read last.
+double WaitForSample(const ControllerProcess& controller, const std::string& series, double want) {
+  double value = -1;
+  for (int i = 0; i < 30; ++i) {
+    value = controller.Sample(series);
+    if (value == want) break;
+    SleepMs(100);
+  }
+  return value;
+}
+
+// Samples PostgreSQL's client backends every 50 ms on its own connection: the pods' server
+// connections carry application_name "ctlpod<name>" (databases.postgres.application_name).
+class BudgetSampler {
+ public:
+  BudgetSampler() : thread_([this] { Run(); }) {}
+  ~BudgetSampler() { Stop(); }
+
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int max_total() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_total_;
+  }
+  int samples() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return samples_;
+  }
+  // Starts a new window for Window().
+  void Mark() {
+    std::lock_guard<std::mutex> lock(mu_);
+    window_.clear();
+    window_samples_ = 0;
+  }
+  // Per pod: {max, mean} over the samples since Mark().
+  std::map<std::string, std::pair<int, double>> Window() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::map<std::string, std::pair<int, double>> out;
+    for (const auto& [pod, stat] : window_) {
+      out[pod] = {stat.first, window_samples_ == 0 ? 0 : stat.second / window_samples_};
+    }
+    return out;
+  }
+  std::string Describe() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return absl::StrCat("samples=", samples_, " max_total=", max_total_, " worst=", worst_);
+  }
+
+ private:
+  void Run() {
+    auto conn = Connect(PgServer::Shared().ConnString() + " application_name=ctl-sampler");
+    while (!stop_) {
+      ResultPtr r = Exec(conn,
+                         "SELECT application_name, count(*) FROM pg_stat_activity WHERE "
+                         "backend_type = 'client backend' AND application_name LIKE 'ctlpod%' "
+                         "GROUP BY 1");
+      if (PQresultStatus(r.get()) == PGRES_TUPLES_OK) {
+        std::map<std::string, int> counts;
+        int total = 0;
+        for (int i = 0; i < PQntuples(r.get()); ++i) {
+          const int n = std::stoi(PQgetvalue(r.get(), i, 1));
+          counts[PQgetvalue(r.get(), i, 0)] = n;
+          total += n;
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        ++samples_;
+        ++window_samples_;
+        if (total > max_total_) {
+          max_total_ = total;
+          worst_.clear();
+          for (const auto& [pod, n] : counts) absl::StrAppend(&worst_, pod, ":", n, " ");
+        }
+        for (const auto& [pod, n] : counts) {
+          auto& stat = window_[pod];
+          stat.first = std::max(stat.first, n);
+          stat.second += n;
+        }
+      }
+      SleepMs(50);
+    }
+  }
+
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  int max_total_ = 0;
+  int samples_ = 0;
+  int window_samples_ = 0;
+  std::string worst_;
+  std::map<std::string, std::pair<int, double>> window_;  // pod -> (max, sum)
+  std::thread thread_;
+};
+
+// `n` clients on one pod, each running short queries in a loop until stopped.
+class Load {
+ public:
+  Load(const PgfleetProcess& pod, int n, const std::string& sql = "SELECT pg_sleep(0.02)") {
+    const std::string conninfo = pod.ConnString();
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([this, conninfo, sql] {
+        ConnPtr conn;
+        while (!stop_) {
+          if (!Ok(conn)) {
+            conn = Connect(conninfo);
+            if (!Ok(conn)) {
+              NoteError(ErrorOf(conn));
+              SleepMs(100);
+              continue;
+            }
+          }
+          if (ResultOk(Exec(conn, sql))) {
+            ++ok_;
+          } else {
+            NoteError(ErrorOf(conn));
+            conn.reset();
+          }
+        }
+      });
+    }
+  }
+  ~Load() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  int ok() const { return ok_; }
+  int errors() const { return errors_; }
+  std::string first_error() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_error_;
+  }
+
+ private:
+  void NoteError(const std::string& error) {
+    if (stop_) return;
+    ++errors_;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (first_error_.empty()) first_error_ = error;
+  }
+
+  std::atomic<bool> stop_{false};
+  std::atomic<int> ok_{0};
+  std::atomic<int> errors_{0};
+  std::mutex mu_;
+  std::string first_error_;
+  std::vector<std::thread> threads_;
+};
+
+class ControllerTest : public IntegrationTest {
+ protected:
+  void SetUp() override {
+    IntegrationTest::SetUp();
+    char tmpl[] = "/tmp/pgfleet-ctltest-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    token_file_ = dir_ + "/peering-token";
+    std::ofstream(token_file_) << kToken << "\n";
+  }
+  void TearDown() override { RunCommand("rm -rf " + dir_); }
+
+  // The controller: budget 12 for "postgres", short leases so the tests stay short.
+  std::unique_ptr<ControllerProcess> StartController(bool budget = true) {
+    return std::make_unique<ControllerProcess>(
+        absl::StrCat("databases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+                     budget ? absl::StrCat(", max_db_connections: ", kBudget) : "",
+                     "}\npeering:\n  token_file: ", token_file_, "\n"),
+        "  lease_timeout: 1500ms\n  renew_interval: 100ms\n  forget_after: 30s\n");
+  }
+
+  // A pod on `address` ("127.0.0.2"): its server connections are named ctlpod<name>, its
+  // peering port is its own, and it leases its share from `controller`.
+  std::unique_ptr<PgfleetProcess> StartPod(const std::string& name, const std::string& address,
+                                           const ControllerProcess& controller, int workers = 1,
+                                           bool budget = true, int pool_size = 100) {
+    const int peering_port = FreePort();
+    auto pod = std::make_unique<PgfleetProcess>(
+        absl::StrCat(
+            "workers: ", workers, "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+            budget ? absl::StrCat(", max_db_connections: ", kBudget) : "",
+            ", application_name: ctlpod", name,
+            "}\npool:\n  pool_mode: transaction\n  default_pool_size: ", pool_size,
+            "\n  shutdown_timeout: 2s\n  query_wait_timeout: 60s\n  cancel_rate_limit: 1000\n",
+            "peering:\n  listen: ", address, ":", peering_port, "\n  token_file: ", token_file_,
+            "\ncontroller:\n  address: ", controller.address(), "\n  register_timeout: 3s\n"),
+        "", "", address);
+    peering_ports_[name] = peering_port;
+    // The client port accepts as soon as the supervisor binds it; wait for the workers, which
+    // register with the controller and bind the peering port first.
+    for (int i = 0; i < 200; ++i) {
+      const std::string log = pod->Log();
+      size_t ready = 0;
+      for (size_t at = log.find("event=worker_ready"); at != std::string::npos;
+           at = log.find("event=worker_ready", at + 1)) {
+        ++ready;
+      }
+      if (ready >= static_cast<size_t>(workers)) break;
+      SleepMs(25);
+    }
+    return pod;
+  }
+
+  std::string dir_;
+  std::string token_file_;
+  std::map<std::string, int> peering_ports_;
+};
+
+TEST_F(ControllerTest, BusyPodGetsMostOfTheBudgetAndTheFleetNeverExceedsIt) {
+  auto controller = StartController();
+  auto a = StartPod("A", "127.0.0.2", *controller);
+  auto b = StartPod("B", "127.0.0.3", *controller);
+  auto c = StartPod("C", "127.0.0.4", *controller);
+  BudgetSampler sampler;
+  {
+    // 100 clients, 90 of them on pod A.
+    Load load_a(*a, 90), load_b(*b, 5), load_c(*c, 5);
+    SleepMs(5000);
+    sampler.Mark();
+    SleepMs(2000);
+    auto window = sampler.Window();
+    load_a.Stop();
+    load_b.Stop();
+    load_c.Stop();
+    EXPECT_EQ(load_a.errors() + load_b.errors() + load_c.errors(), 0)
+        << load_a.first_error() << load_b.first_error() << load_c.first_error();
+    EXPECT_GT(load_b.ok(), 0);
+    EXPECT_GT(load_c.ok(), 0);
+    // A static split would give each pod 4.
+    EXPECT_GE(window["ctlpodA"].second, 7.5) << sampler.Describe();
+    EXPECT_GT(window["ctlpodA"].second, window["ctlpodB"].second + window["ctlpodC"].second);
+  }
+  sampler.Stop();
+  EXPECT_GT(sampler.samples(), 100);
+  EXPECT_LE(sampler.max_total(), kBudget) << sampler.Describe() << "\n" << controller->Log();
+  EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_budget{database=\"postgres\"}", kBudget),
+            kBudget);
+  EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_members{state=\"live\"}", 3), 3);
+  EXPECT_LE(controller->Sample("pgfleet_controller_committed_connections{database=\"postgres\"}"),
+            kBudget);
+}
+
+TEST_F(ControllerTest, PodsJoiningAndLeavingUnderLoadKeepTheFleetUnderBudget) {
+  auto controller = StartController();
+  auto a = StartPod("A", "127.0.0.2", *controller);
+  auto b = StartPod("B", "127.0.0.3", *controller);
+  auto c = StartPod("C", "127.0.0.4", *controller);
+  BudgetSampler sampler;
+  Load load_a(*a, 30), load_b(*b, 30), load_c(*c, 30);
+  SleepMs(2500);
+  auto d = StartPod("D", "127.0.0.5", *controller);
+  Load load_d(*d, 20);
+  SleepMs(2500);
+  sampler.Mark();
+  b->Stop(10);  // SIGTERM: drains (shutdown_timeout 2s), leaves the controller, exits
+  SleepMs(2500);
+  auto window = sampler.Window();
+  load_a.Stop();
+  load_b.Stop();
+  load_c.Stop();
+  load_d.Stop();
+  sampler.Stop();
+  EXPECT_LE(sampler.max_total(), kBudget) << sampler.Describe() << "\n" << controller->Log();
+  // Only the removed pod's clients may see errors.
+  EXPECT_EQ(load_a.errors(), 0) << load_a.first_error();
+  EXPECT_EQ(load_c.errors(), 0) << load_c.first_error();
+  EXPECT_EQ(load_d.errors(), 0) << load_d.first_error();
+  EXPECT_GT(load_d.ok(), 0);
+  EXPECT_GT(window["ctlpodD"].first, 1) << sampler.Describe();
+  EXPECT_THAT(controller->Log(), HasSubstr("event=member_left"));
+}
+
+TEST_F(ControllerTest, ControllerKilledAndRestartedUnderLoadKeepsTheFleetUnderBudget) {
+  auto controller = StartController();
+  auto a = StartPod("A", "127.0.0.2", *controller);
+  auto b = StartPod("B", "127.0.0.3", *controller);
+  auto c = StartPod("C", "127.0.0.4", *controller);
+  BudgetSampler sampler;
+  Load load_a(*a, 40), load_b(*b, 20), load_c(*c, 20);
+  SleepMs(2500);
+  controller->Kill();
+  SleepMs(500);
+  const int ok_before = load_a.ok() + load_b.ok() + load_c.ok();
+  controller->Start();
+  SleepMs(4000);
+  sampler.Mark();
+  SleepMs(1000);
+  auto window = sampler.Window();
+  load_a.Stop();
+  load_b.Stop();
+  load_c.Stop();
+  sampler.Stop();
+  EXPECT_LE(sampler.max_total(), kBudget) << sampler.Describe() << "\n" << controller->Log();
+  EXPECT_EQ(load_a.errors() + load_b.errors() + load_c.errors(), 0)
+      << load_a.first_error() << load_b.first_error() << load_c.first_error();
+  EXPECT_GT(load_a.ok() + load_b.ok() + load_c.ok(), ok_before);
+  const std::string log = controller->Log();
+  // After the restart every worker kept the peer id it mints cancel keys with.
+  EXPECT_THAT(log, HasSubstr("peer_id=257 block=1 reclaimed=true"));
+  EXPECT_THAT(log, HasSubstr("peer_id=513 block=2 reclaimed=true"));
+  EXPECT_THAT(log, HasSubstr("peer_id=769 block=3 reclaimed=true"));
+  EXPECT_THAT(log, HasSubstr("event=recovery_done"));
+  EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_members{state=\"live\"}", 3), 3);
+  // Shares follow demand again after the restart.
+  EXPECT_GE(window["ctlpodA"].first, 5) << sampler.Describe();
+}
+
+TEST_F(ControllerTest, PodsCutOffFromTheControllerKeepServingThenShrinkToTheirFloors) {
+  auto controller = StartController();
+  auto a = StartPod("A", "127.0.0.2", *controller);
+  auto b = StartPod("B", "127.0.0.3", *controller);
+  auto c = StartPod("C", "127.0.0.4", *controller);
+  BudgetSampler sampler;
+  Load load_a(*a, 40), load_b(*b, 10), load_c(*c, 10);
+  SleepMs(3000);
+  sampler.Mark();
+  SleepMs(500);
+  const int a_before = sampler.Window()["ctlpodA"].first;
+  ASSERT_GE(a_before, 5) << sampler.Describe();
+
+  controller->Signal(SIGSTOP);
+  const auto stopped_at = Clock::now();
+  // Within 3/4 of the lease (1.125 s) every pod keeps its cap and keeps serving.
+  const int ok_at_stop = load_a.ok();
+  sampler.Mark();
+  SleepMs(800);
+  EXPECT_GE(sampler.Window()["ctlpodA"].first, a_before - 1) << sampler.Describe();
+  EXPECT_GT(load_a.ok(), ok_at_stop);
+  // After the lease timeout each pod holds at most its floor (1), and still serves.
+  std::this_thread::sleep_until(stopped_at + std::chrono::milliseconds(2200));
+  sampler.Mark();
+  const int ok_at_floor = load_a.ok() + load_b.ok() + load_c.ok();
+  SleepMs(1000);
+  auto floors = sampler.Window();
+  EXPECT_LE(floors["ctlpodA"].first, 1) << sampler.Describe();
+  EXPECT_LE(floors["ctlpodB"].first, 1);
+  EXPECT_LE(floors["ctlpodC"].first, 1);
+  EXPECT_GT(load_a.ok() + load_b.ok() + load_c.ok(), ok_at_floor);
+
+  // The controller comes back: the pods rejoin and the busy one grows again.
+  controller->Signal(SIGCONT);
+  SleepMs(3000);
+  sampler.Mark();
+  SleepMs(700);
+  EXPECT_GE(sampler.Window()["ctlpodA"].first, 4)
+      << sampler.Describe() << "\n"
+      << controller->Log() << "\n"
+      << a->Log();
+  load_a.Stop();
+  load_b.Stop();
+  load_c.Stop();
+  sampler.Stop();
+  EXPECT_LE(sampler.max_total(), kBudget) << sampler.Describe();
+  EXPECT_EQ(load_a.errors() + load_b.errors() + load_c.errors(), 0)
+      << load_a.first_error() << load_b.first_error() << load_c.first_error();
+  EXPECT_THAT(a->Log(), HasSubstr("event=controller_lease_lost"));
+}
+
+// A session opened with the wire protocol, to learn its BackendKeyData (libpq keeps the secret
+// to itself) and send a query without waiting for it.
+class RawSession {
+ public:
+  ~RawSession() {
+    if (fd_ >= 0) close(fd_);
+  }
+  bool Open(const std::string& address, int port) {
+    fd_ = Dial(address, port);
+    if (fd_ < 0) return false;
+    std::string startup;
+    const std::string params = std::string("user\0postgres\0database\0postgres\0\0", 33);
+    AppendInt(&startup, static_cast<int>(8 + params.size()));
+    AppendInt(&startup, 196608);
+    startup += params;
+    if (!WriteAll(startup)) return false;
+    while (true) {
+      char type;
+      std::string body;
+      if (!ReadMessage(&type, &body)) return false;
+      if (type == 'K' && body.size() >= 8) {
+        pid_ = ReadInt(body, 0);
+        secret_ = ReadInt(body, 4);
+      }
+      if (type == 'E') return false;
+      if (type == 'Z') return true;
+    }
+  }
+  bool SendQuery(const std::string& sql) {
+    std::string msg = "Q";
+    AppendInt(&msg, static_cast<int>(4 + sql.size() + 1));
+    msg += sql;
+    msg.push_back('\0');
+    return WriteAll(msg);
+  }
+  // Sends this session's CancelRequest to address:port (any pod).
+  bool CancelVia(const std::string& address, int port) const {
+    int fd = Dial(address, port);
+    if (fd < 0) return false;
+    std::string msg;
+    AppendInt(&msg, 16);
+    AppendInt(&msg, 80877102);
+    AppendInt(&msg, pid_);
+    AppendInt(&msg, secret_);
+    const bool ok = write(fd, msg.data(), msg.size()) == static_cast<ssize_t>(msg.size());
+    char byte;
+    (void)read(fd, &byte, 1);  // the pooler closes without answering
+    close(fd);
+    return ok;
+  }
+  // After a query: the SQLSTATE of its ErrorResponse, "" while nothing arrived (non-blocking).
+  std::string PollSqlState() {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0) return "";
+    char type;
+    std::string body;
+    while (ReadMessage(&type, &body)) {
+      if (type == 'E') {
+        for (size_t i = 0; i < body.size() && body[i] != '\0';) {
+          const char field = body[i];
+          const size_t end = body.find('\0', i + 1);
+          if (field == 'C') return body.substr(i + 1, end - i - 1);
+          i = end + 1;
+        }
+        return "?";
+      }
+      if (type == 'Z') return "none";
+    }
+    return "closed";
+  }
+  int fd() const { return fd_; }
+
+ private:
+  static int Dial(const std::string& address, int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, address.c_str(), &addr.sin_addr);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  static void AppendInt(std::string* out, int v) {
+    const uint32_t n = htonl(static_cast<uint32_t>(v));
+    out->append(reinterpret_cast<const char*>(&n), 4);
+  }
+  static int ReadInt(const std::string& s, size_t at) {
+    uint32_t n;
+    memcpy(&n, s.data() + at, 4);
+    return static_cast<int>(ntohl(n));
+  }
+  bool WriteAll(const std::string& data) {
+    return write(fd_, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+  }
+  bool ReadExactly(char* out, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = read(fd_, out + got, n - got);
+      if (r <= 0) return false;
+      got += static_cast<size_t>(r);
+    }
+    return true;
+  }
+  bool ReadMessage(char* type, std::string* body) {
+    char header[5];
+    if (!ReadExactly(header, 5)) return false;
+    *type = header[0];
+    const int len = ReadInt(std::string(header + 1, 4), 0);
+    body->resize(static_cast<size_t>(len - 4));
+    return ReadExactly(body->data(), body->size());
+  }
+
+  int fd_ = -1;
+  int pid_ = 0;
+  int secret_ = 0;
+};
+
+TEST_F(ControllerTest, CancelsSentToPodBStopSessionsOnPodAWithinASecond) {
+  auto controller = StartController(/*budget=*/false);
+  auto a = StartPod("A", "127.0.0.2", *controller, /*workers=*/2, /*budget=*/false, 240);
+  auto b = StartPod("B", "127.0.0.3", *controller, /*workers=*/2, /*budget=*/false, 240);
+  constexpr int kSessions = 100;
+  std::vector<std::unique_ptr<RawSession>> sessions;
+  for (int i = 0; i < kSessions; ++i) {
+    sessions.push_back(std::make_unique<RawSession>());
+    ASSERT_TRUE(sessions.back()->Open(a->address(), a->port())) << a->Log().substr(0, 3000);
+    ASSERT_TRUE(sessions.back()->SendQuery("SELECT pg_sleep(30)"));
+  }
+  for (int i = 0; i < 200; ++i) {
+    if (pg().QueryValue("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+                        "query = 'SELECT pg_sleep(30)'") == std::to_string(kSessions)) {
+      break;
+    }
+    SleepMs(50);
+  }
+  std::vector<Clock::time_point> sent(kSessions);
+  for (int i = 0; i < kSessions; ++i) {
+    EXPECT_TRUE(sessions[i]->CancelVia(b->address(), b->port()));
+    sent[i] = Clock::now();
+  }
+  int stopped = 0;
+  std::vector<bool> done(kSessions, false);
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  while (Clock::now() < deadline && stopped < kSessions) {
+    for (int i = 0; i < kSessions; ++i) {
+      if (done[i]) continue;
+      const std::string state = sessions[i]->PollSqlState();
+      if (state.empty()) continue;
+      done[i] = true;
+      if (state == "57014" && Clock::now() - sent[i] < std::chrono::seconds(1)) ++stopped;
+    }
+    SleepMs(10);
+  }
+  pg().Exec(
+      "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query = "
+      "'SELECT pg_sleep(30)' AND pid <> pg_backend_pid()");
+  EXPECT_EQ(stopped, kSessions) << b->Log().substr(0, 4000);
+  // The keys named pod A's block, so pod B sent them to pod A's peering port.
+  EXPECT_THAT(b->Log(), ::testing::Not(HasSubstr("cancel_forward_failed")));
+}
+
+TEST_F(ControllerTest, PeeringAndControllerRefuseCallsWithoutTheToken) {
+  auto controller = StartController();
+  auto a = StartPod("A", "127.0.0.2", *controller);
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.2:", peering_ports_["A"]),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = peerv1::Peering::NewStub(channel);
+  auto forward = [&](const std::string& authorization) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+    peerv1::ForwardCancelRequest request;
+    request.mutable_key()->set_pid(12345);
+    request.mutable_key()->set_secret(std::string(4, 'x'));
+    peerv1::ForwardCancelReply reply;
+    return stub->ForwardCancel(&context, request, &reply).error_code();
+  };
+  EXPECT_EQ(forward(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(forward("Bearer not-the-token"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(forward(absl::StrCat("Bearer ", kToken)), grpc::StatusCode::OK);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    peerv1::GetWorkerStatsRequest request;
+    peerv1::WorkerStats reply;
+    EXPECT_EQ(stub->GetWorkerStats(&context, request, &reply).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_THAT(a->Log(), HasSubstr("event=peering_call_refused"));
+
+  // Nobody joins the fleet (and gets a budget share) without the token either.
+  auto ctl_stub = ctlv1::Controller::NewStub(
+      grpc::CreateChannel(controller->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  auto stream = ctl_stub->Lease(&context);
+  ctlv1::WorkerMessage hello;
+  hello.mutable_hello()->set_pod_id("intruder");
+  hello.mutable_hello()->set_local_peer_id(1);
+  stream->Write(hello);
+  ctlv1::ControllerMessage reply;
+  EXPECT_FALSE(stream->Read(&reply));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_members{state=\"live\"}", 1), 1)
+      << controller->Log();
+  EXPECT_GE(
+      WaitForSample(*controller, "pgfleet_controller_events_total{event=\"refused_calls\"}", 1), 1);
+}
+
+}  // namespace
+}  // namespace pgfleet::testing
