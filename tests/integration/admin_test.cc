@@ -224,7 +224,12 @@ TEST_F(AdminTest, UnknownCommandIsAnErrorAndTheSessionGoesOn) {
 TEST_F(AdminTest, ReloadReachesEveryWorker) {
   PgfleetProcess fleet(AdminConfig(2, 2));
   ConnPtr admin = Admin(fleet);
+  // The port accepts as soon as one worker serves; wait (bounded) until both answer.
   auto before = Rows(admin, "SHOW WORKERS");
+  for (int i = 0; i < 100 && before.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    before = Rows(admin, "SHOW WORKERS");
+  }
   ASSERT_EQ(before.size(), 2u);
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // timestamps have 1 s steps
   fleet.RewriteConfig(AdminConfig(2, 6));
