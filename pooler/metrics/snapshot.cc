@@ -189,8 +189,11 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
     e->set_sqlstate_class(pool::WorkerCounters::SqlStateClassName(i));
     e->set_count(counters.errors_by_class[i]);
   }
-  // TODO(issue 5): fill prepared_statements_* once the prepared statement cache's counters
-  // (PoolRegistry::statements()) are in.
+  const auto& prepared = registry_.statements().counters();
+  out->set_prepared_statements_prepared(prepared.prepared);
+  out->set_prepared_statements_hits(prepared.hits);
+  out->set_prepared_statements_reprepares(prepared.reprepares);
+  out->set_prepared_statements_evictions(prepared.evictions);
 
   std::map<std::string, int64_t> shares;  // database -> this worker's share
   for (const auto& [name, db] : registry_.config().databases) {

@@ -135,6 +135,11 @@ TEST_F(MetricsTest, EveryMetricIsServedAndMatchesTheConsole) {
   ConnPtr c = Connect(fleet.ConnString());
   ASSERT_TRUE(Ok(c)) << ErrorOf(c);
   EXPECT_EQ(SqlState(Exec(c, "SELECT 1/0")), "22012");
+  // A named prepared statement for pgfleet_prepared_statements_total.
+  ResultPtr prepared(PQprepare(c.get(), "metrics_s1", "SELECT 1", 0, nullptr));
+  ASSERT_EQ(PQresultStatus(prepared.get()), PGRES_COMMAND_OK) << PQerrorMessage(c.get());
+  ResultPtr executed(PQexecPrepared(c.get(), "metrics_s1", 0, nullptr, nullptr, nullptr, 0));
+  ASSERT_EQ(PQresultStatus(executed.get()), PGRES_TUPLES_OK) << PQerrorMessage(c.get());
   ASSERT_EQ(RunCommand(absl::StrCat("pgbench -n -S -c 4 -j 2 -t 300 -h 127.0.0.1 -p ", fleet.port(),
                                     " -U postgres postgres >/dev/null 2>&1")),
             0);
@@ -177,6 +182,7 @@ TEST_F(MetricsTest, EveryMetricIsServedAndMatchesTheConsole) {
     }
   }
   EXPECT_EQ(Sum(samples, std::string(n::kErrors), "class=\"22\""), 1);
+  EXPECT_EQ(Sum(samples, std::string(n::kPreparedStatements), "event=\"prepared\""), 1);
   EXPECT_EQ(Sum(samples, std::string(n::kBudgetMaxDbConnections)), 40);
   EXPECT_EQ(Sum(samples, std::string(n::kBudgetShare)), 40);  // 20 + 20: the pod's split
   // Per-worker series add up to the console's pod totals.
