@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "peering/credentials.h"
 #include "pooler/base/log.h"
 #include "pooler/base/status_macros.h"
 #include "pooler/worker/worker.h"
@@ -39,6 +40,12 @@ absl::Status Worker::StartAdmin() {
   };
   admin_fanout_ =
       std::make_unique<admin::PodFanout>(loop_, peers_.get(), options_.peer_id, std::move(local));
+  // Siblings check the peering token (when one is configured) on their unix sockets too.
+  if (fleet_ != nullptr) {
+    const peering::PeerCredentials* credentials = fleet_->credentials();
+    admin_fanout_->set_authorizer(
+        [credentials](grpc::ClientContext* context) { credentials->Authorize(context); });
+  }
   admin::ConsoleOptions console;
   console.version = PGFLEET_VERSION;
   console.own_peer_id = options_.peer_id;

@@ -1,5 +1,7 @@
 // The admin console (virtual database "pgfleet") through libpq: SHOW answers for every worker of
 // the pod, PAUSE/RESUME around a running pgbench, permissions and errors.
+#include <unistd.h>
+
 #include <map>
 #include <set>
 #include <thread>
@@ -245,6 +247,28 @@ TEST_F(AdminTest, ReloadReachesEveryWorker) {
       EXPECT_EQ(row["value"], "6");
     }
   }
+}
+
+TEST_F(AdminTest, SiblingsAnswerWhenPeeringNeedsAToken) {
+  char token_path[] = "/tmp/pgfleet-admin-token-XXXXXX";
+  const int fd = mkstemp(token_path);
+  ASSERT_GE(fd, 0);
+  const std::string token = "admin-test-token-0123456789abcdef\n";
+  ASSERT_EQ(write(fd, token.data(), token.size()), static_cast<ssize_t>(token.size()));
+  close(fd);
+  PgfleetProcess fleet(
+      absl::StrCat(AdminConfig(2, 2), "peering:\n  token_file: ", token_path, "\n"));
+  ConnPtr admin = Admin(fleet);
+  std::vector<Row> workers;
+  for (int i = 0; i < 100 && workers.size() < 2; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    workers = Rows(admin, "SHOW WORKERS");
+  }
+  ASSERT_EQ(workers.size(), 2u);
+  for (auto& w : workers) EXPECT_EQ(w["state"], "ready");
+  ResultPtr r = Exec(admin, "RECONNECT");
+  EXPECT_EQ(PQresultStatus(r.get()), PGRES_COMMAND_OK) << PQerrorMessage(admin.get());
+  unlink(token_path);
 }
 
 TEST_F(AdminTest, KillDropsTheDatabaseUntilResume) {
