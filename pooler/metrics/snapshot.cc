@@ -245,7 +245,9 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
   for (const auto& [database, share] : shares) {
     auto* b = out->add_budgets();
     b->set_database(database);
-    b->set_share(share < 0 ? 0 : share);
+    // The controller's grant when one is in force, else the static split of the config.
+    const int64_t in_force = registry_.DatabaseCap(database).value_or(static_cast<int>(share));
+    b->set_share(in_force < 0 ? 0 : in_force);
     int64_t total = 0;
     if (fleet_ != nullptr) {
       if (auto db = fleet_->FindDatabase(database); db.has_value()) total = db->max_db_connections;
