@@ -14,29 +14,35 @@
 #
 # Settings (environment):
 #   DURATION   seconds of each measured pgbench run (default 15)
-#   WARMUP     seconds of load before measuring, so shares settle (default 4)
+#   WARMUP     seconds of load before measuring: the controller grants nothing until a lease
+#              has passed after its start, then shares settle (default 8)
 #   ROUNDS     static/controller pairs, alternating (default 1)
 #   CLIENTS    pgbench clients on pods A, B and C (default "45 3 2": 90 % on A)
 #   BUDGET     max_db_connections for the fleet (default 12)
 #   SCALE      pgbench scale (default 10)
 #   WORKERS    workers per pod (default 1)
-#   SCRIPT     pgbench built-in or file (default -S; e.g. SCRIPT="-f /path/x.sql")
+#   WORKLOAD   select: pgbench -S (default); sleep: -S plus SLEEP_MS of server time per
+#              transaction (SELECT pg_sleep), so throughput follows the number of server
+#              connections rather than CPU
+#   SLEEP_MS   server time per transaction with WORKLOAD=sleep (default 2)
 #   PGFLEET_CONTROLLER_BIN  (default build/cmd/pgfleet-controller/pgfleet-controller)
 # and those of bench/lib.sh (PGFLEET_BIN, PG_BINDIR, BENCH_USER, KEEP_TMP).
 set -euo pipefail
+# Enough server connections per pool for a pod to use the whole budget (lib.sh's default is 20).
+: "${POOL_SIZE:=50}"
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 : "${DURATION:=15}"
-: "${WARMUP:=4}"
+: "${WARMUP:=8}"
 : "${ROUNDS:=1}"
 : "${CLIENTS:=45 3 2}"
 : "${BUDGET:=12}"
 : "${SCALE:=10}"
 : "${WORKERS:=1}"
-: "${SCRIPT:=-S}"
+: "${WORKLOAD:=select}"
+: "${SLEEP_MS:=2}"
 : "${PGFLEET_CONTROLLER_BIN:=$BENCH_REPO_DIR/build/cmd/pgfleet-controller/pgfleet-controller}"
-POOL_SIZE=${POOL_SIZE:-$BUDGET}
 read -r -a CLIENT_COUNTS <<<"$CLIENTS"
 PODS=(A B C)
 ADDRS=(127.0.0.2 127.0.0.3 127.0.0.4)
@@ -50,12 +56,22 @@ pgfleet_private_copy
 cp "$PGFLEET_CONTROLLER_BIN" "$BENCH_TMP/bin/pgfleet-controller"
 CONTROLLER_BIN="$BENCH_TMP/bin/pgfleet-controller"
 echo "bench-token-$RANDOM$RANDOM$RANDOM" >"$BENCH_TMP/token"
+case $WORKLOAD in
+  select) SCRIPT="-S" ;;
+  sleep)
+    printf '%s\n' '\set aid random(1, 100000 * :scale)' \
+      'SELECT abalance FROM pgbench_accounts WHERE aid = :aid;' \
+      "SELECT pg_sleep($SLEEP_MS / 1000.0);" >"$BENCH_TMP/select_sleep.sql"
+    SCRIPT="-f $BENCH_TMP/select_sleep.sql"
+    ;;
+  *) die "WORKLOAD must be select or sleep" ;;
+esac
 
-echo "== controller_split: pgbench $SCRIPT over 3 pods, demand-aware vs static split"
+echo "== controller_split: pgbench ($WORKLOAD) over 3 pods, demand-aware vs static split"
 machine_info
 echo "settings:    budget=$BUDGET clients(A B C)=[$CLIENTS] duration=${DURATION}s warmup=${WARMUP}s" \
-  "rounds=$ROUNDS workers/pod=$WORKERS pool_size=$POOL_SIZE scale=$SCALE" \
-  "controller(lease_timeout=3s renew_interval=250ms)"
+  "workload=$WORKLOAD sleep_ms=$SLEEP_MS rounds=$ROUNDS workers/pod=$WORKERS pool_size=$POOL_SIZE scale=$SCALE" \
+  "controller(lease_timeout=6s renew_interval=500ms)"
 
 pg_start 200
 pg_init_bench "$DB" "$SCALE"
@@ -74,8 +90,8 @@ databases:
 peering: {token_file: $BENCH_TMP/token}
 controller:
   listen: 127.0.0.1:$CONTROLLER_PORT
-  lease_timeout: 3s
-  renew_interval: 250ms
+  lease_timeout: 6s
+  renew_interval: 500ms
 metrics: {listen: "127.0.0.1:$FREE_PORT"}
 EOF
   "$CONTROLLER_BIN" --config "$dir/pgfleet.yaml" >"$dir/controller.log" 2>&1 &
@@ -104,7 +120,7 @@ pod_start() {
 listen: {address: $addr, port: $port}
 workers: $WORKERS
 databases:
-  $DB: {host: 127.0.0.1, port: $PG_PORT, max_db_connections: $budget, application_name: pod$name}
+  $DB: {host: 127.0.0.1, port: $PG_PORT, max_db_connections: $budget}
 pool:
   pool_mode: transaction
   default_pool_size: $POOL_SIZE
@@ -127,10 +143,11 @@ EOF
   die "pod $name did not start; see $dir/pgfleet.log"
 }
 
-# sample_conns FILE: pooler connections PostgreSQL shows, every 100 ms, until killed.
+# sample_conns FILE: server connections to DB PostgreSQL shows, every 100 ms, until killed.
 sample_conns() {
   while true; do
-    psql_direct "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pod%'" \
+    psql_direct "SELECT count(*) FROM pg_stat_activity WHERE datname = '$DB' AND
+      backend_type = 'client backend'" \
       >>"$1" 2>/dev/null || true
     sleep 0.1
   done
@@ -139,7 +156,8 @@ sample_conns() {
 # run_phase MODE: start the pods (and the controller), load them, measure, stop them.
 declare -A RESULT=()
 run_phase() {
-  local mode=$1 round=$2 i name pids=() samples="$BENCH_TMP/$mode-$round.samples" sampler
+  local mode=$1 round=$2
+  local i name pids=() samples="$BENCH_TMP/$1-$2.samples" sampler
   [[ $mode == controller ]] && controller_start
   for i in 0 1 2; do pod_start "$mode" "$i"; done
   sample_conns "$samples" &
@@ -148,7 +166,9 @@ run_phase() {
   for i in 0 1 2; do
     name=${PODS[$i]}
     # shellcheck disable=SC2086  # SCRIPT is a pgbench option list
-    "$PG_BINDIR/pgbench" -n $SCRIPT -c "${CLIENT_COUNTS[$i]}" -j 1 -T $((WARMUP + DURATION)) \
+    # The clients name their pod; pgfleet sets that application_name on the server connection
+    # it lends them, so pg_stat_activity tells the pods apart.
+    PGAPPNAME="pod$name" "$PG_BINDIR/pgbench" -n $SCRIPT -c "${CLIENT_COUNTS[$i]}" -j 1 -T $((WARMUP + DURATION)) \
       -P 1 -h "${ADDRS[$i]}" -p "${POD_PORT[$name]}" -U postgres "$DB" \
       >"$BENCH_TMP/$mode-$round-$name.out" 2>&1 &
     pids+=($!)
@@ -157,7 +177,7 @@ run_phase() {
   sleep "$((WARMUP + DURATION / 2))"
   RESULT[$mode-$round-spread]=$(psql_direct "SELECT string_agg(application_name || '=' || n, ' '
     ORDER BY application_name) FROM (SELECT application_name, count(*) n FROM pg_stat_activity
-    WHERE application_name LIKE 'pod%' GROUP BY 1) s")
+    WHERE application_name LIKE 'pod_' GROUP BY 1) s")
   for pid in "${pids[@]}"; do wait "$pid" || true; done
   stop_pid "$sampler" 5
   RESULT[$mode-$round-max]=$(sort -n "$samples" | tail -n 1)
