@@ -48,6 +48,7 @@ void AddPool(const PoolStats& from, AddMode mode, PoolStats* into) {
     into->set_server_used(into->server_used() + from.server_used());
     into->set_server_tested(into->server_tested() + from.server_tested());
     into->set_server_login(into->server_login() + from.server_login());
+    into->set_server_being_canceled(into->server_being_canceled() + from.server_being_canceled());
     into->set_max_wait_us(std::max(into->max_wait_us(), from.max_wait_us()));
     into->set_paused(into->paused() || from.paused());
     AddPeriod(from.period(), into->mutable_period());

@@ -209,9 +209,28 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
     p->set_client_waiting(static_cast<uint32_t>(pool->waiting_count()));
     p->set_client_idle(static_cast<uint32_t>(pool->idle_client_count()));
     p->set_client_welcome(static_cast<uint32_t>(pool->welcome_client_count()));
+    // PgBouncer's split: idle servers past server_check_delay are "used" (checked before their
+    // next client), and servers waiting for a cancel to land are "being canceled".
+    uint32_t used = 0;
+    uint32_t being_canceled = 0;
+    if (pool->idle_server_count() > 0 || pool->testing_server_count() > 0) {
+      const auto& pc = registry_.config().pool;
+      const bool checks =
+          pc.server_check_delay >= absl::ZeroDuration() && pc.server_check_query != "-";
+      pool->ForEachServer([&](const pool::ServerConn& s) {
+        if (s.state() == pool::ServerState::kIdle && checks &&
+            now - s.last_used_at() > pc.server_check_delay) {
+          ++used;
+        } else if (s.state() == pool::ServerState::kCanceling) {
+          ++being_canceled;
+        }
+      });
+    }
     p->set_server_active(static_cast<uint32_t>(pool->active_server_count()));
-    p->set_server_idle(static_cast<uint32_t>(pool->idle_server_count()));
+    p->set_server_idle(static_cast<uint32_t>(pool->idle_server_count()) - used);
+    p->set_server_used(used);
     p->set_server_tested(static_cast<uint32_t>(pool->testing_server_count()));
+    p->set_server_being_canceled(being_canceled);
     p->set_server_login(static_cast<uint32_t>(pool->login_server_count()));
     p->set_max_wait_us(static_cast<uint64_t>(absl::ToInt64Microseconds(pool->max_wait(now))));
     p->set_paused(pool->paused());
