@@ -3,9 +3,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <vector>
+
 #include "peering/credentials.h"
 #include "pooler/base/log.h"
 #include "pooler/base/status_macros.h"
+#include "pooler/pool/client_conn.h"
+#include "pooler/protocol/sqlstate.h"
 #include "pooler/worker/worker.h"
 
 #ifndef PGFLEET_VERSION
@@ -78,6 +82,17 @@ void Worker::SetFleetConfig(const config::Config& fleet) {
 void Worker::OnShutdownStarted() {
   if (stats_ != nullptr) stats_->set_ready(false);
   if (publisher_ != nullptr) publisher_->PublishNow();
+  // Console sessions hold no transaction: an open psql must not keep the drain waiting.
+  if (registry_ != nullptr) {
+    std::vector<pool::ClientConn*> consoles;
+    for (auto* c = registry_->admin_clients().front(); c != nullptr;
+         c = registry_->admin_clients().Next(c)) {
+      consoles.push_back(c);
+    }
+    for (pool::ClientConn* c : consoles) {
+      c->Fatal(protocol::sqlstate::kAdminShutdown, "server shutting down");
+    }
+  }
 }
 
 }  // namespace pgfleet::worker

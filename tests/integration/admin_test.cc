@@ -2,6 +2,7 @@
 // the pod, PAUSE/RESUME around a running pgbench, permissions and errors.
 #include <unistd.h>
 
+#include <chrono>
 #include <map>
 #include <set>
 #include <thread>
@@ -269,6 +270,17 @@ TEST_F(AdminTest, SiblingsAnswerWhenPeeringNeedsAToken) {
   ResultPtr r = Exec(admin, "RECONNECT");
   EXPECT_EQ(PQresultStatus(r.get()), PGRES_COMMAND_OK) << PQerrorMessage(admin.get());
   unlink(token_path);
+}
+
+TEST_F(AdminTest, AnOpenConsoleDoesNotHoldUpShutdown) {
+  PgfleetProcess fleet(AdminConfig(2, 2));
+  ConnPtr admin = Admin(fleet);
+  ASSERT_EQ(Value(admin, "SHOW VERSION").rfind("pgfleet ", 0), 0u);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(fleet.Stop(20), 0);
+  // Well under shutdown_timeout (30 s): console sessions are closed when the drain starts.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_NE(Value(admin, "SHOW VERSION").rfind("pgfleet ", 0), 0u);
 }
 
 TEST_F(AdminTest, KillDropsTheDatabaseUntilResume) {
