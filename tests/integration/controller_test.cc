@@ -625,6 +625,25 @@ TEST_F(ControllerTest, WithMutualTlsCancelsCrossPodsAndPlaintextPeersAreRefused)
   EXPECT_EQ(forward(grpc::SslCredentials(with_cert)), grpc::StatusCode::OK);
 }
 
+TEST_F(ControllerTest, WithoutAControllerStaticPeersStillFindTheOwner) {
+  // Without a controller every pod's keys carry block 0 and name no pod: a pod that does not
+  // find a key offers it, once, to every pod in peering.static_peers.
+  const int port_a = FreePort();
+  const int port_b = FreePort();
+  auto pod = [&](const std::string& address, int port, const std::string& peer) {
+    return std::make_unique<PgfleetProcess>(
+        absl::StrCat("workers: 2\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+                     "}\npool: {pool_mode: transaction, default_pool_size: 120, "
+                     "cancel_rate_limit: 1000}\npeering:\n  listen: ",
+                     address, ":", port, "\n", PeeringAuth(), "  static_peers: [", peer, "]\n"),
+        "", "", address);
+  };
+  auto a = pod("127.0.0.2", port_a, absl::StrCat("127.0.0.3:", port_b));
+  auto b = pod("127.0.0.3", port_b, absl::StrCat("127.0.0.2:", port_a));
+  SleepMs(500);  // the workers bind the peering ports after the client port
+  EXPECT_EQ(CancelAcrossPods(pg(), *a, *b, 20), 20) << b->Log().substr(0, 4000);
+}
+
 TEST_F(ControllerTest, PeeringAndControllerRefuseCallsWithoutTheToken) {
   auto controller = StartController();
   auto a = StartPod("A", "127.0.0.2", *controller);
