@@ -80,8 +80,9 @@ done
 
 declare -A TX=() TICKS=() TPS=()
 failures=0
+SUP_TICKS=0
 measure() { # NAME ROUND
-  local name=$1 r=$2 out pids p0 p1 scraper_pid="" rc=0
+  local name=$1 r=$2 out pids p0 p1 s0 scraper_pid="" rc=0
   out="$BENCH_TMP/run-$name-r$r.out"
   pids=$(descendants "${TARGET_PID[$name]}")
   if [[ "$name" == on && "$SCRAPE_INTERVAL" != 0 ]]; then
@@ -91,6 +92,7 @@ measure() { # NAME ROUND
   fi
   # shellcheck disable=SC2086
   p0=$(proc_cpu_ticks $pids)
+  s0=$(proc_cpu_ticks "${TARGET_PID[on]}")  # the supervisor alone: the exporter's share
   # shellcheck disable=SC2046
   run_pgbench "$out" $(pgbench_args "$name" "$DURATION") || rc=$?
   # shellcheck disable=SC2046
@@ -108,6 +110,9 @@ measure() { # NAME ROUND
   TX[$name]=$((${TX[$name]:-0} + ${processed:-0}))
   TICKS[$name]=$((${TICKS[$name]:-0} + p1 - p0))
   TPS[$name|$r]=${tps:-0}
+  if [[ "$name" == on ]]; then
+    SUP_TICKS=$((SUP_TICKS + $(proc_cpu_ticks "${TARGET_PID[on]}") - s0))
+  fi
   printf '  round %d  metrics %-3s  tps %10.1f  transactions %9d  pooler CPU %6.1f us/tx\n' \
     "$r" "$name" "${tps:-0}" "${processed:-0}" \
     "$(awk -v t=$((p1 - p0)) -v n="${processed:-1}" -v h="$CLK_TCK" 'BEGIN { print t / h * 1e6 / (n ? n : 1) }')"
@@ -118,6 +123,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for name in $order; do measure "$name" "$r"; done
 done
 
+# Per round, on/off from adjacent runs: drift on a shared machine cancels out of the median.
+ratios=$(for ((r = 1; r <= ROUNDS; r++)); do
+  awk -v a="${TPS[on|$r]}" -v b="${TPS[off|$r]}" 'BEGIN { if (b > 0) print a / b }'
+done | sort -g)
+median=$(awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }' <<<"$ratios")
+
 echo
 awk -v on="${TX[on]}" -v off="${TX[off]}" -v ton="${TICKS[on]}" -v toff="${TICKS[off]}" \
   -v h="$CLK_TCK" -v d="$DURATION" -v r="$ROUNDS" 'BEGIN {
@@ -126,5 +137,9 @@ awk -v on="${TX[on]}" -v off="${TX[off]}" -v ton="${TICKS[on]}" -v toff="${TICKS
     printf "metrics off: %10.1f tps  %6.1f us CPU/tx\n", tps_off, toff / h * 1e6 / off
     printf "throughput overhead of metrics: %.2f%% (target: under 2%%)\n", (tps_off - tps_on) / tps_off * 100
     printf "CPU overhead of metrics:        %.2f%% per transaction\n", ((ton / on) / (toff / off) - 1) * 100
+  }'
+awk -v m="$median" -v sup="$SUP_TICKS" -v h="$CLK_TCK" -v on="${TX[on]}" 'BEGIN {
+    printf "median per-round throughput overhead: %.2f%% (rounds are paired, so drift cancels)\n", (1 - m) * 100
+    printf "supervisor (exporter, scrapes) CPU:   %.3f us per transaction\n", sup / h * 1e6 / on
   }'
 ((failures == 0)) || die "$failures run(s) failed; logs in $BENCH_TMP"

@@ -69,13 +69,13 @@ absl::Status Worker::Init() {
   RETURN_IF_ERROR(loop_.Init());
   ASSIGN_OR_RETURN(config::Config fleet_config, config::LoadConfigFile(options_.config_path));
   ASSIGN_OR_RETURN(auth::Userlist userlist, LoadUserlistFor(fleet_config));
+  ASSIGN_OR_RETURN(std::shared_ptr<const auth::HbaRules> hba, LoadHbaFor(fleet_config));
   // With pgfleet-controller the fleet-wide peer id comes from it (peering/controller/
   // controller_service.h); the supervisor's id stays the slot of the shared client budget.
   ASSIGN_OR_RETURN(fleet_, peering::WorkerFleet::Create(loop_, fleet_config, options_.peer_id,
                                                         options_.runtime_dir));
   const uint32_t local_peer_id = options_.peer_id;
   options_.peer_id = fleet_->RegisterPeerId();
-  ASSIGN_OR_RETURN(std::shared_ptr<const auth::HbaRules> hba, LoadHbaFor(fleet_config));
   config_ = std::make_shared<const config::Config>(
       config::ShareForWorker(fleet_config, options_.slot, options_.worker_count));
   base::SetLogPrefix(base::StrCat("worker=", options_.slot, " peer_id=", options_.peer_id));
@@ -84,8 +84,8 @@ absl::Status Worker::Init() {
   if (config_->log.level == "error") base::SetLogLevel(base::LogLevel::kError);
   registry_ = std::make_unique<pool::PoolRegistry>(loop_, config_, std::move(userlist),
                                                    options_.peer_id, base::SystemRandom());
-  fleet_->AttachRegistry(registry_.get());
   registry_->set_hba(std::move(hba));
+  fleet_->AttachRegistry(registry_.get());
   StartStats(fleet_config);
   if (options_.client_budget_fd >= 0) {
     RETURN_IF_ERROR(
