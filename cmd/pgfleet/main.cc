@@ -12,10 +12,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "pooler/base/log.h"
 #include "peering/fleet_options.h"
+#include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/config/config.h"
+#include "pooler/pool/tls_policy.h"
 #include "pooler/supervisor/supervisor.h"
 #include "pooler/worker/worker.h"
 
@@ -53,6 +54,10 @@ int CheckConfig(const std::string& path) {
   auto hba = pgfleet::worker::LoadHbaFor(*config);
   if (!hba.ok()) {
     std::fprintf(stderr, "%s\n", std::string(hba.status().message()).c_str());
+    return 1;
+  }
+  if (auto tls = pgfleet::pool::LoadTlsContexts(*config); !tls.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(tls.status().message()).c_str());
     return 1;
   }
   auto fleet = pgfleet::peering::ParseFleetOptions(*config);

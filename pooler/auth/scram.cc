@@ -271,10 +271,12 @@ std::string FormatScramSecret(const ScramSecret& secret) {
                       Base64Encode(secret.stored_key), ":", Base64Encode(secret.server_key));
 }
 
-ScramServerExchange::ScramServerExchange(ScramSecret secret, base::RandomSource& random)
-    : secret_(std::move(secret)), random_(random) {}
+ScramServerExchange::ScramServerExchange(ScramSecret secret, base::RandomSource& random,
+                                         std::optional<std::vector<uint8_t>> channel_binding)
+    : secret_(std::move(secret)), random_(random), channel_binding_(std::move(channel_binding)) {}
 
-absl::StatusOr<std::string> ScramServerExchange::HandleClientFirst(std::string_view client_first) {
+absl::StatusOr<std::string> ScramServerExchange::HandleClientFirst(std::string_view client_first,
+                                                                   bool plus) {
   if (stage_ != Stage::kExpectClientFirst) {
     stage_ = Stage::kDone;
     return absl::FailedPreconditionError("SCRAM client-first-message out of order");
@@ -286,12 +288,27 @@ absl::StatusOr<std::string> ScramServerExchange::HandleClientFirst(std::string_v
   // section 5.1 encodes it in names), so splitting on ',' yields exactly the attributes.
   std::vector<std::string_view> parts = Split(client_first, ',');
   if (parts.size() < 4) return Malformed("client-first-message is too short");
-  if (parts[0].starts_with("p=")) {
-    return absl::UnimplementedError("SCRAM channel binding (SCRAM-SHA-256-PLUS) is not supported");
+  if (plus) {
+    if (!channel_binding_.has_value()) {
+      return absl::FailedPreconditionError("SCRAM-SHA-256-PLUS was not offered");
+    }
+    if (!parts[0].starts_with("p=")) {
+      return Malformed("SCRAM-SHA-256-PLUS selected without channel binding");
+    }
+    if (parts[0].substr(2) != kTlsServerEndPoint) {
+      return absl::UnimplementedError(
+          base::StrCat("unsupported SCRAM channel binding type \"", parts[0].substr(2), "\""));
+    }
+    binding_in_use_ = true;
+  } else if (parts[0].starts_with("p=")) {
+    return Malformed("channel binding requested but the client selected SCRAM-SHA-256");
+  } else if (parts[0] == "y" && channel_binding_.has_value()) {
+    // The client could bind and believes we cannot, yet we offered -PLUS: someone in between
+    // removed it (RFC 5802 section 6).
+    return absl::PermissionDeniedError("SCRAM channel binding negotiation error");
+  } else if (parts[0] != "n" && parts[0] != "y") {
+    return Malformed("bad GS2 channel binding flag");
   }
-  // "y" means the client could bind but believes we cannot; that is true (we never advertise
-  // -PLUS), so it is not a downgrade and is accepted like "n".
-  if (parts[0] != "n" && parts[0] != "y") return Malformed("bad GS2 channel binding flag");
   if (!parts[1].empty()) {
     return absl::UnimplementedError("SCRAM authorization identity (a=) is not supported");
   }
@@ -333,10 +350,13 @@ absl::StatusOr<std::string> ScramServerExchange::HandleClientFinal(std::string_v
   if (!binding.has_value()) return Malformed("expected c= channel binding");
   std::optional<std::vector<uint8_t>> binding_bytes = Base64Decode(*binding);
   if (!binding_bytes.has_value()) return Malformed("c= is not base64");
-  // Without -PLUS the channel binding data is just the GS2 header sent in client-first.
+  // The GS2 header sent in client-first, then (with -PLUS) our certificate's hash.
+  std::string expected_binding = gs2_header_;
+  if (binding_in_use_) expected_binding.append(channel_binding_->begin(), channel_binding_->end());
   if (std::string_view(reinterpret_cast<const char*>(binding_bytes->data()),
-                       binding_bytes->size()) != gs2_header_) {
-    return Malformed("c= does not match the GS2 header");
+                       binding_bytes->size()) != expected_binding) {
+    return binding_in_use_ ? absl::PermissionDeniedError("SCRAM channel binding check failed")
+                           : Malformed("c= does not match the GS2 header");
   }
   std::optional<std::string_view> nonce = AttributeValue(parts[1], 'r');
   if (!nonce.has_value()) return Malformed("expected r= nonce");
@@ -379,13 +399,26 @@ ScramClientExchange ScramClientExchange::WithClientKey(const ScramKey& client_ke
   return exchange;
 }
 
-std::string ScramClientExchange::ClientFirst() {
+std::string ScramClientExchange::ClientFirst(Binding binding) {
   // Each call starts the exchange over with a fresh nonce.
   nonce_ = NewNonce(*random_);
   client_first_bare_ = absl::StrCat("n=,r=", nonce_);
   auth_message_.clear();
   server_key_ = {};
-  return absl::StrCat("n,,", client_first_bare_);
+  binding_data_.clear();
+  switch (binding.flag) {
+    case Binding::Flag::kNone:
+      gs2_header_ = "n,,";
+      break;
+    case Binding::Flag::kSupportedNotUsed:
+      gs2_header_ = "y,,";
+      break;
+    case Binding::Flag::kTlsServerEndPoint:
+      gs2_header_ = base::StrCat("p=", kTlsServerEndPoint, ",,");
+      binding_data_ = std::move(binding.data);
+      break;
+  }
+  return absl::StrCat(gs2_header_, client_first_bare_);
 }
 
 absl::StatusOr<std::string> ScramClientExchange::HandleServerFirst(std::string_view server_first) {
@@ -436,7 +469,9 @@ absl::StatusOr<std::string> ScramClientExchange::HandleServerFirst(std::string_v
     server_key_ = secret_->server_key;
   }
 
-  const std::string without_proof = absl::StrCat("c=biws,r=", Av(*nonce));
+  std::vector<uint8_t> binding(gs2_header_.begin(), gs2_header_.end());
+  binding.insert(binding.end(), binding_data_.begin(), binding_data_.end());
+  const std::string without_proof = absl::StrCat("c=", Base64Encode(binding), ",r=", Av(*nonce));
   auth_message_ = absl::StrCat(client_first_bare_, ",", Av(server_first), ",", without_proof);
   const ScramKey proof = internal::ClientProof(client_key, auth_message_);
   OPENSSL_cleanse(client_key.data(), client_key.size());

@@ -1,5 +1,6 @@
 // SCRAM-SHA-256 (RFC 5802/7677) as PostgreSQL speaks it, pure: no sockets, injectable randomness.
-// Channel binding: only "n" and "y" GS2 headers (no -PLUS) until TLS lands.
+// Channel binding: SCRAM-SHA-256-PLUS with tls-server-end-point (RFC 5929), the only type
+// PostgreSQL implements; the TLS layer supplies the certificate hash (net::TlsSession).
 #pragma once
 
 #include <array>
@@ -16,6 +17,8 @@
 namespace pgfleet::auth {
 
 inline constexpr std::string_view kScramSha256 = "SCRAM-SHA-256";
+inline constexpr std::string_view kScramSha256Plus = "SCRAM-SHA-256-PLUS";
+inline constexpr std::string_view kTlsServerEndPoint = "tls-server-end-point";
 inline constexpr int kDefaultScramIterations = 4096;
 using ScramKey = std::array<uint8_t, 32>;
 
@@ -42,13 +45,19 @@ std::string FormatScramSecret(const ScramSecret& secret);
 class ScramServerExchange {
  public:
   // `secret` is the user's stored secret (build one with MakeScramSecret for plain passwords).
-  ScramServerExchange(ScramSecret secret, base::RandomSource& random);
+  // `channel_binding`: over TLS, the tls-server-end-point hash of our certificate; its presence
+  // means -PLUS was offered, so a client claiming we cannot bind ("y") is a downgrade.
+  ScramServerExchange(ScramSecret secret, base::RandomSource& random,
+                      std::optional<std::vector<uint8_t>> channel_binding = std::nullopt);
 
   // Takes the client-first-message (the SASLInitialResponse data) and returns the
-  // server-first-message to send in AuthenticationSASLContinue. Errors: InvalidArgument for
-  // malformed input; Unimplemented for channel binding ("p="), an authzid or a mandatory
-  // extension; FailedPrecondition when called twice. After any error the exchange is over.
-  [[nodiscard]] absl::StatusOr<std::string> HandleClientFirst(std::string_view client_first);
+  // server-first-message to send in AuthenticationSASLContinue. `plus` = the client selected
+  // SCRAM-SHA-256-PLUS. Errors: InvalidArgument for malformed input or a GS2 flag that
+  // contradicts the mechanism; PermissionDenied for a "y" when -PLUS was offered (downgrade);
+  // Unimplemented for another channel binding type, an authzid or a mandatory extension;
+  // FailedPrecondition when called twice. After any error the exchange is over.
+  [[nodiscard]] absl::StatusOr<std::string> HandleClientFirst(std::string_view client_first,
+                                                              bool plus = false);
   // Takes the client-final-message and returns the server-final-message ("v=...") for
   // AuthenticationSASLFinal. Error (PermissionDenied) = wrong password or tampered nonce;
   // InvalidArgument = malformed message or a c= that does not echo the GS2 header.
@@ -64,11 +73,22 @@ class ScramServerExchange {
   std::string server_first_;
   std::string nonce_;
   ScramKey client_key_{};
-  // The GS2 header of the client-first-message ("n,," or "y,,"); the c= attribute must echo it.
+  std::optional<std::vector<uint8_t>> channel_binding_;
+  // The GS2 header of the client-first-message ("n,,", "y,," or "p=tls-server-end-point,,");
+  // the c= attribute must echo it, followed by the binding data with "p=".
   std::string gs2_header_;
+  bool binding_in_use_ = false;
   // Each message is accepted once and in order; any failure ends the exchange.
   enum class Stage { kExpectClientFirst, kExpectClientFinal, kDone };
   Stage stage_ = Stage::kExpectClientFirst;
+};
+
+// How the client side binds: "n" (no TLS), "y" (TLS, but the server offered no -PLUS) or "p"
+// with the server certificate's tls-server-end-point hash (mechanism SCRAM-SHA-256-PLUS).
+struct ScramClientBinding {
+  enum class Flag { kNone, kSupportedNotUsed, kTlsServerEndPoint };
+  Flag flag = Flag::kNone;
+  std::vector<uint8_t> data;
 };
 
 // The client side: pgfleet logging in to a PostgreSQL server.
@@ -81,9 +101,10 @@ class ScramClientExchange {
   static ScramClientExchange WithClientKey(const ScramKey& client_key, const ScramSecret& secret,
                                            base::RandomSource& random);
 
+  using Binding = ScramClientBinding;
   // The client-first-message for SASLInitialResponse ("n,,n=,r=<nonce>"). Each call starts the
   // exchange over with a fresh nonce.
-  std::string ClientFirst();
+  std::string ClientFirst(Binding binding = {});
   // Takes the server-first-message (AuthenticationSASLContinue data), returns client-final.
   // With a password this runs PBKDF2 for the server's iteration count on the calling thread.
   // Errors: InvalidArgument (malformed), PermissionDenied (nonce not extending ours),
@@ -101,6 +122,8 @@ class ScramClientExchange {
   std::optional<ScramSecret> secret_;
   std::string client_first_bare_;
   std::string nonce_;
+  std::string gs2_header_;
+  std::vector<uint8_t> binding_data_;
   ScramKey server_key_{};
   std::string auth_message_;
 };

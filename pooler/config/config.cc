@@ -41,6 +41,32 @@ std::optional<AuthType> ParseAuthType(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view SslModeName(SslMode mode) {
+  switch (mode) {
+    case SslMode::kDisable:
+      return "disable";
+    case SslMode::kAllow:
+      return "allow";
+    case SslMode::kPrefer:
+      return "prefer";
+    case SslMode::kRequire:
+      return "require";
+    case SslMode::kVerifyCa:
+      return "verify-ca";
+    case SslMode::kVerifyFull:
+      return "verify-full";
+  }
+  return "unknown";
+}
+
+std::optional<SslMode> ParseSslMode(std::string_view name) {
+  for (SslMode mode : {SslMode::kDisable, SslMode::kAllow, SslMode::kPrefer, SslMode::kRequire,
+                       SslMode::kVerifyCa, SslMode::kVerifyFull}) {
+    if (name == SslModeName(mode)) return mode;
+  }
+  return std::nullopt;
+}
+
 std::optional<DatabaseConfig> Config::FindDatabase(const std::string& client_dbname) const {
   // An empty name is never a database (the caller substitutes the user name first, as
   // PostgreSQL does), and must not quietly match "*".

@@ -16,6 +16,8 @@ namespace pgfleet::config {
 
 enum class PoolMode { kSession, kTransaction, kStatement };
 enum class AuthType { kTrust, kMd5, kScramSha256 };
+// PgBouncer's client_tls_sslmode / server_tls_sslmode values (libpq's sslmode names).
+enum class SslMode { kDisable, kAllow, kPrefer, kRequire, kVerifyCa, kVerifyFull };
 
 // The YAML spelling of each enum value ("transaction", "scram-sha-256").
 std::string_view PoolModeName(PoolMode mode);
@@ -23,6 +25,8 @@ std::string_view AuthTypeName(AuthType type);
 // Inverses of the above, for the exact YAML spelling; nullopt for anything else.
 std::optional<PoolMode> ParsePoolMode(std::string_view name);
 std::optional<AuthType> ParseAuthType(std::string_view name);
+std::string_view SslModeName(SslMode mode);
+std::optional<SslMode> ParseSslMode(std::string_view name);
 
 struct ListenConfig {
   std::string address = "127.0.0.1";  // "*" or "0.0.0.0" = all IPv4; "::" = all IPv6
@@ -113,6 +117,27 @@ struct AuthConfig {
   std::string hba_file;
 };
 
+// `tls:`, with PgBouncer's key names. Toward clients pgfleet is the TLS server: allow and prefer
+// accept TLS when a client asks, require refuses clients without it, verify-ca and verify-full
+// also demand a client certificate signed by client_tls_ca_file. Toward PostgreSQL: prefer and
+// allow ask for TLS and fall back to plain text when the server declines, require insists,
+// verify-ca checks the server's chain against server_tls_ca_file, verify-full also its host name.
+// Files are re-read on reload (SIGHUP), so certificates can be rotated without a restart.
+struct TlsConfig {
+  SslMode client_tls_sslmode = SslMode::kDisable;
+  std::string client_tls_cert_file;
+  std::string client_tls_key_file;
+  std::string client_tls_ca_file;
+  std::string client_tls_protocols = "secure";
+  std::string client_tls_ciphers = "default";
+  SslMode server_tls_sslmode = SslMode::kDisable;
+  std::string server_tls_cert_file;  // client certificate toward PostgreSQL (optional)
+  std::string server_tls_key_file;
+  std::string server_tls_ca_file;
+  std::string server_tls_protocols = "secure";
+  std::string server_tls_ciphers = "default";
+};
+
 struct AdminConfig {
   std::vector<std::string> users;        // admin_users
   std::vector<std::string> stats_users;  // stats_users
@@ -136,6 +161,7 @@ struct Config {
   std::map<std::string, UserConfig> users;
   PoolConfig pool;
   AuthConfig auth;
+  TlsConfig tls;
   AdminConfig admin;
   MetricsConfig metrics;
   LogConfig log;

@@ -143,6 +143,38 @@ void CheckAuth(const AuthConfig& auth, std::vector<Issue>& issues) {
   }
 }
 
+void CheckTls(const TlsConfig& tls, std::vector<Issue>& issues) {
+  if (tls.client_tls_sslmode != SslMode::kDisable) {
+    const std::string mode(SslModeName(tls.client_tls_sslmode));
+    if (tls.client_tls_cert_file.empty() || tls.client_tls_key_file.empty()) {
+      Add(issues,
+          tls.client_tls_cert_file.empty() ? "tls.client_tls_cert_file" : "tls.client_tls_key_file",
+          absl::StrCat("client_tls_sslmode ", mode,
+                       " needs client_tls_cert_file and client_tls_key_file (pgfleet's "
+                       "certificate and key toward clients)"));
+    }
+    if ((tls.client_tls_sslmode == SslMode::kVerifyCa ||
+         tls.client_tls_sslmode == SslMode::kVerifyFull) &&
+        tls.client_tls_ca_file.empty()) {
+      Add(issues, "tls.client_tls_ca_file",
+          absl::StrCat("client_tls_sslmode ", mode,
+                       " needs client_tls_ca_file, the CA that signs client certificates"));
+    }
+  }
+  if ((tls.server_tls_sslmode == SslMode::kVerifyCa ||
+       tls.server_tls_sslmode == SslMode::kVerifyFull) &&
+      tls.server_tls_ca_file.empty()) {
+    Add(issues, "tls.server_tls_ca_file",
+        absl::StrCat("server_tls_sslmode ", std::string(SslModeName(tls.server_tls_sslmode)),
+                     " needs server_tls_ca_file, the CA that signs PostgreSQL's certificate"));
+  }
+  if (tls.server_tls_cert_file.empty() != tls.server_tls_key_file.empty()) {
+    Add(issues,
+        tls.server_tls_cert_file.empty() ? "tls.server_tls_cert_file" : "tls.server_tls_key_file",
+        "server_tls_cert_file and server_tls_key_file go together");
+  }
+}
+
 }  // namespace
 
 void CheckConfig(const Config& config, std::vector<Issue>& issues) {
@@ -169,6 +201,7 @@ void CheckConfig(const Config& config, std::vector<Issue>& issues) {
   }
   CheckPool(config.pool, issues);
   CheckAuth(config.auth, issues);
+  CheckTls(config.tls, issues);
   CheckNames(issues, "admin.users", config.admin.users);
   CheckNames(issues, "admin.stats_users", config.admin.stats_users);
   // Empty turns the endpoint (and the workers' snapshots) off, e.g. to measure their cost.

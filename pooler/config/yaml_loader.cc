@@ -182,6 +182,18 @@ class Section {
     }
   }
 
+  void Ssl(absl::string_view key, SslMode& out) {
+    Entry* e = Take(key);
+    if (e == nullptr) return;
+    std::optional<SslMode> mode;
+    if (e->value.IsScalar()) mode = ParseSslMode(e->value.Scalar());
+    if (mode) {
+      out = *mode;
+    } else {
+      Bad(*e, "one of disable, allow, prefer, require, verify-ca, verify-full");
+    }
+  }
+
   // A YAML list of names, or PgBouncer's comma-separated string ("extra_float_digits, options").
   void StringList(absl::string_view key, std::vector<std::string>& out) {
     Entry* e = Take(key);
@@ -339,6 +351,21 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.Bool("tcp_keepalive", pool.tcp_keepalive);
 }
 
+void ReadTls(Section& s, TlsConfig& tls) {
+  s.Ssl("client_tls_sslmode", tls.client_tls_sslmode);
+  s.String("client_tls_cert_file", tls.client_tls_cert_file);
+  s.String("client_tls_key_file", tls.client_tls_key_file);
+  s.String("client_tls_ca_file", tls.client_tls_ca_file);
+  s.String("client_tls_protocols", tls.client_tls_protocols);
+  s.String("client_tls_ciphers", tls.client_tls_ciphers);
+  s.Ssl("server_tls_sslmode", tls.server_tls_sslmode);
+  s.String("server_tls_cert_file", tls.server_tls_cert_file);
+  s.String("server_tls_key_file", tls.server_tls_key_file);
+  s.String("server_tls_ca_file", tls.server_tls_ca_file);
+  s.String("server_tls_protocols", tls.server_tls_protocols);
+  s.String("server_tls_ciphers", tls.server_tls_ciphers);
+}
+
 // Reads `databases:`. max_db_connections falls back to the pool section's, so `pool` must be
 // read first.
 void ReadDatabases(Loader& loader, const YAML::Node& node, int line, const PoolConfig& pool,
@@ -439,6 +466,11 @@ bool ReadRoot(Loader& loader, const YAML::Node& root, Config& config) {
     auth.String("hba_file", config.auth.hba_file);
     auth.Finish();
   }
+  if (const YAML::Node* node = s.Child("tls", &line)) {
+    Section tls(loader, *node, "tls", line);
+    ReadTls(tls, config.tls);
+    tls.Finish();
+  }
   if (const YAML::Node* node = s.Child("admin", &line)) {
     Section admin(loader, *node, "admin", line);
     admin.StringList("users", config.admin.users);
@@ -499,7 +531,10 @@ absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string
   // userlist.txt usually sits next to the config; a path relative to the process's working
   // directory would break as soon as the pooler is started from elsewhere.
   const std::filesystem::path dir = std::filesystem::path(source_name).parent_path();
-  for (std::string* path : {&config.auth.file, &config.auth.hba_file}) {
+  for (std::string* path : {&config.auth.file, &config.auth.hba_file,
+                            &config.tls.client_tls_cert_file, &config.tls.client_tls_key_file,
+                            &config.tls.client_tls_ca_file, &config.tls.server_tls_cert_file,
+                            &config.tls.server_tls_key_file, &config.tls.server_tls_ca_file}) {
     if (!path->empty() && path->front() != '/' && !dir.empty()) *path = (dir / *path).string();
   }
   return config;

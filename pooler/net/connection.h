@@ -3,11 +3,16 @@
 // the socket while nothing is queued, so the common path copies nothing.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string_view>
 
 #include "pooler/net/buffer.h"
 #include "pooler/net/event_loop.h"
+#include "pooler/net/tls.h"
 
 namespace pgfleet::net {
 
@@ -48,11 +53,26 @@ class Connection : public IoHandler, public DeferredDeletable {
   // Deregisters and closes the fd; buffers are released. Safe to call twice.
   void CloseSocket();
 
+  // TLS: switches the socket to TLS after the plain-text negotiation (SSLRequest and its one-byte
+  // answer); nothing may be queued in either direction. ReadOnce/Send/Flush then carry
+  // plaintext through the session. `verify_host` as in TlsSession::Create.
+  [[nodiscard]] absl::Status StartTls(std::shared_ptr<const TlsContext> context,
+                                      std::string_view verify_host = {});
+  enum class HandshakeStatus { kDone, kInProgress, kFailed };
+  // Drives the handshake from OnIoEvent; on kFailed, tls()->error() says why.
+  HandshakeStatus ContinueTlsHandshake();
+  // Null until StartTls.
+  const TlsSession* tls() const { return tls_.get(); }
+  bool tls_established() const { return tls_ != nullptr && tls_->established(); }
+
   uint64_t bytes_received() const { return bytes_received_; }
   uint64_t bytes_sent() const { return bytes_sent_; }
 
  protected:
   void UpdateInterest();
+  ReadResult ReadTls(size_t* n);
+  // Writes through TLS; returns bytes taken, or -1 when the session failed.
+  ssize_t WriteTls(std::span<const uint8_t> data);
 
   EventLoop& loop_;
   int fd_;
@@ -63,6 +83,9 @@ class Connection : public IoHandler, public DeferredDeletable {
   uint32_t registered_events_ = 0;
   uint64_t bytes_received_ = 0;
   uint64_t bytes_sent_ = 0;
+  std::unique_ptr<TlsSession> tls_;
+  // The session needs the socket writable (handshake, or a write that must be retried).
+  bool tls_wants_write_ = false;
 };
 
 }  // namespace pgfleet::net

@@ -62,9 +62,16 @@ void ClientConn::ContinueAuthWithSecret(const std::string& secret) {
         scram_secret = auth::MakeScramSecret(secret_, salt, auth::kDefaultScramIterations);
       }
     }
-    scram_.emplace(std::move(scram_secret), registry_->random());
+    // Over TLS, offer channel binding too (PostgreSQL lists -PLUS first); libpq's
+    // channel_binding=require then proves no one terminated TLS in between.
+    std::optional<std::vector<uint8_t>> binding;
+    if (tls_established()) binding = tls()->ServerEndPoint();
+    const bool offer_plus = binding.has_value();
+    scram_.emplace(std::move(scram_secret), registry_->random(), std::move(binding));
     scram_first_done_ = false;
-    std::string_view mechanisms[] = {auth::kScramSha256};
+    std::vector<std::string_view> mechanisms;
+    if (offer_plus) mechanisms.push_back(auth::kScramSha256Plus);
+    mechanisms.push_back(auth::kScramSha256);
     protocol::BuildAuthenticationSasl(sink, mechanisms);
   } else {
     registry_->random().Fill(md5_salt_);
@@ -112,12 +119,13 @@ void ClientConn::HandleAuthData() {
     protocol::StringSink sink;
     if (!scram_first_done_) {
       auto initial = protocol::ParseSaslInitialResponse(bytes);
-      if (!initial.ok() || initial->mechanism != auth::kScramSha256) {
+      const bool plus = initial.ok() && initial->mechanism == auth::kScramSha256Plus;
+      if (!initial.ok() || (initial->mechanism != auth::kScramSha256 && !plus)) {
         Fatal(protocol::sqlstate::kProtocolViolation,
               "client selected an invalid SASL authentication mechanism");
         return;
       }
-      auto server_first = scram_->HandleClientFirst(initial->data);
+      auto server_first = scram_->HandleClientFirst(initial->data, plus);
       if (!server_first.ok()) {
         Fatal(protocol::sqlstate::kProtocolViolation, base::Sv(server_first.status().message()));
         return;
@@ -195,7 +203,7 @@ bool ClientConn::AdmitLogin() {
     auth::HbaClient client;
     client.database = database_;
     client.user = user_;
-    client.tls = false;  // TODO(issue 8): true once the client has negotiated TLS (hostssl)
+    client.tls = tls_established();
     // An address the listener never writes matches no rule, so it is refused.
     const auth::HbaRule* rule =
         auth::ParsePeerAddress(peer_address_, &client) ? hba->Match(client) : nullptr;

@@ -64,6 +64,10 @@ ClientConn::~ClientConn() = default;
 
 void ClientConn::OnIoEvent(uint32_t events) {
   if (closed()) return;
+  if (tls() != nullptr && !tls_established()) {
+    ContinueHandshake();
+    return;
+  }
   if (events & EPOLLOUT) {
     if (!Flush()) {
       Close("write to client failed");
@@ -190,15 +194,28 @@ void ClientConn::HandleStartupData() {
     }
     if (packet->kind == protocol::StartupKind::kSslRequest ||
         packet->kind == protocol::StartupKind::kGssEncRequest) {
-      // No TLS or GSS yet: 'N' and the client continues in plain text. Bytes sent before our
-      // answer would be a buffer-stuffing attempt (CVE-2021-23222).
-      if (!in_.empty()) {
+      // Bytes sent before our answer would be a buffer-stuffing attempt (CVE-2021-23222), and a
+      // second request inside TLS makes no sense.
+      if (!in_.empty() || tls() != nullptr) {
+        ++registry_->counters().protocol_errors;
         Fatal(protocol::sqlstate::kProtocolViolation, "unexpected data after encryption request");
         return;
       }
-      static constexpr uint8_t kNo = 'N';
-      if (!Send({&kNo, 1})) Close("write failed");
-      continue;
+      // GSS encryption is never offered; TLS when client_tls_sslmode is not disable. After 'N'
+      // the client may continue in plain text (or try the other kind).
+      const auto& context = registry_->tls().client;
+      const bool tls = packet->kind == protocol::StartupKind::kSslRequest && context != nullptr;
+      const uint8_t answer = tls ? 'S' : 'N';
+      if (!Send({&answer, 1})) return Close("write failed");
+      if (!tls) continue;
+      if (has_pending_output()) return Close("write to client stalled");
+      if (auto status = StartTls(context); !status.ok()) {
+        PGFLEET_LOG(kWarning, "client_tls_failed", "client=", id_, " addr=", peer_address_,
+                    " error=", base::LogQuote(base::Sv(status.message())));
+        return Close("cannot start TLS");
+      }
+      ContinueHandshake();
+      return;
     }
     if (packet->kind == protocol::StartupKind::kCancelRequest) {
       ++registry_->counters().cancels_received;
@@ -218,6 +235,25 @@ void ClientConn::HandleStartupData() {
       return;
     }
     HandleStartupPacket(*packet);
+  }
+}
+
+void ClientConn::ContinueHandshake() {
+  switch (ContinueTlsHandshake()) {
+    case HandshakeStatus::kInProgress:
+      return;
+    case HandshakeStatus::kFailed:
+      // A TLS client cannot read a plain-text FATAL; the alert OpenSSL sent says what failed.
+      ++registry_->counters().tls_handshake_failures;
+      PGFLEET_LOG(kWarning, "client_tls_handshake_failed", "client=", id_, " addr=", peer_address_,
+                  " error=", base::LogQuote(tls()->error()));
+      Close("TLS handshake failed");
+      return;
+    case HandshakeStatus::kDone:
+      PGFLEET_LOG(kDebug, "client_tls", "client=", id_, " tls=", tls()->Description());
+      // The startup packet may have come with the last handshake flight.
+      HandleReadable();
+      return;
   }
 }
 
@@ -256,6 +292,16 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
     return;
   }
   if (database_.empty()) database_ = user_;
+  // Unix sockets never carry TLS (PostgreSQL answers 'N' there too) and stay on the host.
+  if (tls() == nullptr && peer_address_ != "unix" &&
+      ClientTlsRequired(config.tls.client_tls_sslmode)) {
+    ++registry_->counters().clients_rejected_tls_required;
+    Fatal(protocol::sqlstate::kInvalidAuthorization,
+          base::StrCat("SSL required: pgfleet accepts only TLS connections (client_tls_sslmode=",
+                       config::SslModeName(config.tls.client_tls_sslmode),
+                       "); connect with sslmode=require or stronger"));
+    return;
+  }
   if (!AdmitLogin()) return;
   if (!holds_client_slot_) {
     ++registry_->counters().clients_rejected_max_client_conn;
@@ -314,8 +360,8 @@ void ClientConn::Close(std::string_view reason) {
   EndLogin();
   if (registry_->config().log.log_disconnections) {
     PGFLEET_LOG(kInfo, "client_disconnect", "client=", id_, " addr=", peer_address_,
-              " user=", base::LogQuote(user_), " db=", base::LogQuote(database_),
-              " state=", ClientStateName(state_), " reason=", base::LogQuote(reason));
+                " user=", base::LogQuote(user_), " db=", base::LogQuote(database_),
+                " state=", ClientStateName(state_), " reason=", base::LogQuote(reason));
   }
   if (cancel_key_registered_) {
     registry_->ForgetCancelKey(cancel_key_);
@@ -375,9 +421,9 @@ void ClientConn::SendWelcome(const std::vector<std::pair<std::string, std::strin
     Close("write failed");
     return;
   }
-if (registry_->config().log.log_connections) {
-      PGFLEET_LOG(kInfo, "client_login", "client=", id_, " addr=", peer_address_,
-              " user=", base::LogQuote(user_), " db=", base::LogQuote(database_));
+  if (registry_->config().log.log_connections) {
+    PGFLEET_LOG(kInfo, "client_login", "client=", id_, " addr=", peer_address_,
+                " user=", base::LogQuote(user_), " db=", base::LogQuote(database_));
   }
 }
 

@@ -17,8 +17,8 @@
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/prepared_statements.h"
 #include "pooler/protocol/byte_sink.h"
-#include "pooler/protocol/frame.h"
 #include "pooler/protocol/cancel_key.h"
+#include "pooler/protocol/frame.h"
 #include "pooler/protocol/startup.h"
 
 namespace pgfleet::pool {
@@ -109,6 +109,8 @@ class ClientConn final : public net::Connection, public base::ListNode {
   void HandleReadable();
   void HandleStartupData();
   void HandleStartupPacket(const protocol::StartupPacket& packet);
+  // Drives the TLS handshake that follows our 'S'; reads the startup packet once it is done.
+  void ContinueHandshake();
   void HandleAuthData();
   void BeginAuth();
   // auth.hba_file and pool.max_concurrent_logins, once user and database are known: false when

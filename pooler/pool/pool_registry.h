@@ -26,6 +26,7 @@
 #include "pooler/pool/prepared_statements.h"
 #include "pooler/pool/rate_limiter.h"
 #include "pooler/pool/stats.h"
+#include "pooler/pool/tls_policy.h"
 #include "pooler/protocol/cancel_key.h"
 
 namespace pgfleet::pool {
@@ -123,6 +124,10 @@ class PoolRegistry final : public CancelTarget {
   // at start and on reload; a client is checked once, when its startup packet arrives.
   const auth::HbaRules* hba() const { return hba_.get(); }
   void set_hba(std::shared_ptr<const auth::HbaRules> hba) { hba_ = std::move(hba); }
+  // The `tls:` contexts (set by the worker at start and on reload, which re-reads certificate
+  // files). A connection keeps the context it started with until it closes.
+  const TlsContexts& tls() const { return tls_; }
+  void set_tls(TlsContexts tls) { tls_ = std::move(tls); }
   // pool.max_concurrent_logins: takes a login slot (false = the worker is at the cap); each
   // successful TryBeginLogin is paired with one EndLogin.
   [[nodiscard]] bool TryBeginLogin();
@@ -165,6 +170,7 @@ class PoolRegistry final : public CancelTarget {
   uint64_t last_connection_id_ = 0;
   net::EventLoop::TimerId janitor_timer_ = 0;
   std::shared_ptr<const auth::HbaRules> hba_;
+  TlsContexts tls_;
   size_t logins_in_progress_ = 0;
   RateLimiter cancel_limiter_{0};
   bool db_caps_enabled_ = false;

@@ -125,6 +125,14 @@ void ServerConn::OnIoEvent(uint32_t events) {
     OnConnected();
     return;
   }
+  if (awaiting_ssl_answer_) {
+    HandleSslAnswer(events);
+    return;
+  }
+  if (tls() != nullptr && !tls_established()) {
+    ContinueHandshake();
+    return;
+  }
   if (events & EPOLLOUT) {
     if (!Flush()) {
       Close("write failed");
@@ -165,7 +173,86 @@ void ServerConn::OnConnected() {
   state_ = ServerState::kLogin;
   UpdateInterest();
   pool_->OnServerConnected(this);
+  // PostgreSQL answers 'N' on unix sockets, so asking there would only cost a round trip.
+  const auto& tls = pool_->registry()->config().tls;
+  if (ServerTlsWanted(tls.server_tls_sslmode) && pool_->registry()->tls().server != nullptr &&
+      !pool_->db().host.starts_with('/')) {
+    protocol::StringSink sink;
+    protocol::BuildSslRequest(sink);
+    const auto& bytes = sink.bytes();
+    if (!Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
+      Close("write failed during login");
+      return;
+    }
+    awaiting_ssl_answer_ = true;
+    return;
+  }
   SendStartup();
+}
+
+void ServerConn::HandleSslAnswer(uint32_t events) {
+  if (events & EPOLLOUT) {
+    if (!Flush()) return Close("write failed during login");
+  }
+  if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) == 0) return;
+  size_t n = 0;
+  switch (ReadOnce(&n)) {
+    case ReadResult::kWouldBlock:
+      return;
+    case ReadResult::kEof:
+    case ReadResult::kError:
+      Close("server closed the connection during the TLS request");
+      return;
+    case ReadResult::kData:
+      break;
+  }
+  const uint8_t answer = in_.Readable()[0];
+  // One byte and nothing after it: anything more was injected before the handshake
+  // (CVE-2021-23222, the client side).
+  if (answer == 'S' && in_.size() > 1) {
+    FailLogin("unexpected data after the server's TLS answer");
+    return;
+  }
+  awaiting_ssl_answer_ = false;
+  const config::SslMode mode = pool_->registry()->config().tls.server_tls_sslmode;
+  if (answer == 'N') {
+    in_.Consume(1);
+    if (ServerTlsRequired(mode)) {
+      FailLogin(base::StrCat(
+          "server does not support TLS (server_tls_sslmode=", config::SslModeName(mode), ")"));
+      return;
+    }
+    SendStartup();
+    return;
+  }
+  if (answer != 'S') {
+    // An old server's ErrorResponse to a request it does not know; never shown to clients
+    // (CVE-2024-10977).
+    FailLogin("server refused the TLS request");
+    return;
+  }
+  in_.Consume(1);
+  const std::string verify_host =
+      mode == config::SslMode::kVerifyFull ? pool_->db().host : std::string();
+  if (auto status = StartTls(pool_->registry()->tls().server, verify_host); !status.ok()) {
+    FailLogin(base::StrCat("cannot start TLS: ", base::Sv(status.message())));
+    return;
+  }
+  ContinueHandshake();
+}
+
+void ServerConn::ContinueHandshake() {
+  switch (ContinueTlsHandshake()) {
+    case HandshakeStatus::kInProgress:
+      return;
+    case HandshakeStatus::kFailed:
+      FailLogin(base::StrCat("TLS handshake with the server failed: ", tls()->error()));
+      return;
+    case HandshakeStatus::kDone:
+      PGFLEET_LOG(kDebug, "server_tls", "server=", id_, " tls=", tls()->Description());
+      SendStartup();
+      return;
+  }
 }
 
 void ServerConn::SendStartup() {
@@ -215,10 +302,27 @@ void ServerConn::HandleAuthRequest(std::span<const uint8_t> body) {
       break;
     }
     case protocol::AuthRequest::kSasl: {
-      if (!protocol::SaslOffers(auth->data, auth::kScramSha256)) {
+      // Over TLS, bind the exchange to the server's certificate when the server offers it, as
+      // libpq's default channel_binding=prefer does.
+      std::optional<std::vector<uint8_t>> end_point;
+      if (tls_established() && protocol::SaslOffers(auth->data, auth::kScramSha256Plus)) {
+        end_point = tls()->ServerEndPoint();
+      }
+      if (!end_point.has_value() && !protocol::SaslOffers(auth->data, auth::kScramSha256)) {
         FailLogin("server offers no supported SASL mechanism");
         return;
       }
+      auth::ScramClientBinding binding;
+      if (end_point.has_value()) {
+        binding.flag = auth::ScramClientBinding::Flag::kTlsServerEndPoint;
+        binding.data = *std::move(end_point);
+      } else if (tls_established() && !protocol::SaslOffers(auth->data, auth::kScramSha256Plus)) {
+        binding.flag = auth::ScramClientBinding::Flag::kSupportedNotUsed;
+      }
+      const std::string_view mechanism =
+          binding.flag == auth::ScramClientBinding::Flag::kTlsServerEndPoint
+              ? auth::kScramSha256Plus
+              : auth::kScramSha256;
       if (kind == auth::SecretKind::kPlain) {
         scram_.emplace(
             auth::ScramClientExchange::WithPassword(creds.secret, pool_->registry()->random()));
@@ -234,7 +338,7 @@ void ServerConn::HandleAuthRequest(std::span<const uint8_t> body) {
         FailLogin("server asked for SCRAM and no usable password is known for the user");
         return;
       }
-      protocol::BuildSaslInitialResponse(sink, auth::kScramSha256, scram_->ClientFirst());
+      protocol::BuildSaslInitialResponse(sink, mechanism, scram_->ClientFirst(std::move(binding)));
       break;
     }
     case protocol::AuthRequest::kSaslContinue: {
@@ -393,9 +497,9 @@ void ServerConn::FinishAuthQuery() {
 
 bool ServerConn::OnPendingResponse(uint8_t type) {
   switch (type) {
-    case '1':  // ParseComplete
-    case '2':  // BindComplete
-    case '3':  // CloseComplete
+    case '1':    // ParseComplete
+    case '2':    // BindComplete
+    case '3':    // CloseComplete
     case 'n': {  // NoData (Describe)
       if (pending_.empty()) return true;
       Pending head = pending_.front();
@@ -403,7 +507,8 @@ bool ServerConn::OnPendingResponse(uint8_t type) {
       return head.action != PendingAction::kHide;
     }
     case 'T':  // RowDescription: ends a Describe; inside a Query it belongs to the Query
-      if (!pending_.empty() && pending_.front().kind == PendingKind::kDescribe) pending_.pop_front();
+      if (!pending_.empty() && pending_.front().kind == PendingKind::kDescribe)
+        pending_.pop_front();
       return true;
     case 'C':
     case 'I':

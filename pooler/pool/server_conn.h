@@ -108,6 +108,9 @@ class ServerConn final : public net::Connection, public base::ListNode {
 
  private:
   void OnConnected();
+  // server_tls_sslmode: the one-byte answer to our SSLRequest, then the handshake.
+  void HandleSslAnswer(uint32_t events);
+  void ContinueHandshake();
   void HandleLoginMessage(uint8_t type, std::span<const uint8_t> body);
   void HandleAuthRequest(std::span<const uint8_t> body);
   void HandleLoginError(std::span<const uint8_t> body);
@@ -138,6 +141,7 @@ class ServerConn final : public net::Connection, public base::ListNode {
   size_t skip_remaining_ = 0;  // bytes of a streamed message still to relay
   bool skip_hidden_ = false;   // ...and whether they are swallowed
   bool close_on_release_ = false;
+  bool awaiting_ssl_answer_ = false;
   int cancels_in_flight_ = 0;
 
   ParamSet params_;

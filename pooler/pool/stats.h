@@ -85,6 +85,8 @@ struct WorkerCounters {
   uint64_t cancels_rate_limited = 0;                    // pool.cancel_rate_limit
   uint64_t clients_rejected_max_concurrent_logins = 0;  // pool.max_concurrent_logins
   uint64_t clients_rejected_hba = 0;                    // auth.hba_file: reject or no rule
+  uint64_t clients_rejected_tls_required = 0;           // plain text under client_tls_sslmode
+  uint64_t tls_handshake_failures = 0;                  // clients whose TLS handshake failed
   // Errors sent to clients (the server's, relayed, and pgfleet's own), by SQLSTATE class.
   std::array<uint64_t, kSqlStateClasses> errors_by_class{};
 

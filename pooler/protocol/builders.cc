@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "pooler/protocol/frame.h"
 #include "pooler/protocol/reader.h"
 
 namespace pgfleet::protocol {
@@ -159,6 +160,7 @@ void BuildSync(ByteSink& sink) { Message('S').Finish(sink); }
 void BuildCancelRequest(ByteSink& sink, uint32_t pid, std::span<const uint8_t> secret) {
   Message(0).Int32(80877102).Int32(pid).Raw(secret).Finish(sink);
 }
+void BuildSslRequest(ByteSink& sink) { Message(0).Int32(kSslRequestCode).Finish(sink); }
 void BuildParse(ByteSink& sink, std::string_view name, std::string_view query,
                 std::span<const uint32_t> param_types) {
   Message m('P');

@@ -52,6 +52,7 @@ void BuildQuery(ByteSink& sink, std::string_view sql);
 void BuildTerminate(ByteSink& sink);
 void BuildSync(ByteSink& sink);
 void BuildCancelRequest(ByteSink& sink, uint32_t pid, std::span<const uint8_t> secret);
+void BuildSslRequest(ByteSink& sink);
 void BuildParse(ByteSink& sink, std::string_view name, std::string_view query,
                 std::span<const uint32_t> param_types);
 void BuildClose(ByteSink& sink, char kind, std::string_view name);

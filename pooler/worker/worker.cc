@@ -70,6 +70,7 @@ absl::Status Worker::Init() {
   ASSIGN_OR_RETURN(config::Config fleet_config, config::LoadConfigFile(options_.config_path));
   ASSIGN_OR_RETURN(auth::Userlist userlist, LoadUserlistFor(fleet_config));
   ASSIGN_OR_RETURN(std::shared_ptr<const auth::HbaRules> hba, LoadHbaFor(fleet_config));
+  ASSIGN_OR_RETURN(pool::TlsContexts tls, pool::LoadTlsContexts(fleet_config));
   // With pgfleet-controller the fleet-wide peer id comes from it (peering/controller/
   // controller_service.h); the supervisor's id stays the slot of the shared client budget.
   ASSIGN_OR_RETURN(fleet_, peering::WorkerFleet::Create(loop_, fleet_config, options_.peer_id,
@@ -85,6 +86,7 @@ absl::Status Worker::Init() {
   registry_ = std::make_unique<pool::PoolRegistry>(loop_, config_, std::move(userlist),
                                                    options_.peer_id, base::SystemRandom());
   registry_->set_hba(std::move(hba));
+  registry_->set_tls(std::move(tls));
   fleet_->AttachRegistry(registry_.get());
   StartStats(fleet_config);
   if (options_.client_budget_fd >= 0) {
@@ -151,9 +153,9 @@ absl::Status Worker::StartPeering() {
   peering_service_->set_options(std::move(service_options));
   const std::string path = peers_->SocketPathFor(options_.peer_id);
   unlink(path.c_str());
-  ASSIGN_OR_RETURN(peering_server_,
-                   peering::PeeringServer::Start(fleet_->ListenPorts("unix:" + path),
-                                                  peering_service_.get()));
+  ASSIGN_OR_RETURN(
+      peering_server_,
+      peering::PeeringServer::Start(fleet_->ListenPorts("unix:" + path), peering_service_.get()));
   // A test-only switch shows what a fleet without forwarding does to cancels.
   if (fleet_->options().peering.forward_cancels) {
     forwarder_ = std::make_unique<peering::GrpcCancelForwarder>(
@@ -168,7 +170,7 @@ absl::Status Worker::Run() {
   PGFLEET_LOG(kInfo, "worker_serving", "pid=", getpid());
   absl::Status status = loop_.Run();
   if (fleet_ != nullptr) fleet_->Leave();  // every server is closed: the share is free at once
-  OnShutdownStarted();  // publishes the final counters for the supervisor
+  OnShutdownStarted();                     // publishes the final counters for the supervisor
   if (peering_server_ != nullptr) {
     peering_server_->Shutdown();
     unlink(peers_->SocketPathFor(options_.peer_id).c_str());
@@ -195,6 +197,14 @@ void Worker::Reload() {
                 "error=", base::LogQuote(base::Sv(hba.status().message())));
     return;
   }
+  // Certificates rotate by reload: a new context for new connections, the old one stays with
+  // the connections that use it.
+  auto tls = pool::LoadTlsContexts(*config);
+  if (!tls.ok()) {
+    PGFLEET_LOG(kError, "reload_failed",
+                "error=", base::LogQuote(base::Sv(tls.status().message())));
+    return;
+  }
   config_ = std::make_shared<const config::Config>(
       config::ShareForWorker(*config, options_.slot, options_.worker_count));
   auto status = registry_->Reload(config_, *std::move(userlist));
@@ -203,6 +213,7 @@ void Worker::Reload() {
     return;
   }
   registry_->set_hba(*std::move(hba));
+  registry_->set_tls(*std::move(tls));
   SetFleetConfig(*config);
   fleet_->UpdateConfig(*config);
   PGFLEET_LOG(kInfo, "reloaded", "config=", options_.config_path);

@@ -80,12 +80,24 @@ PgServer& PgServer::Shared() {
   return *server;
 }
 
-PgServer::PgServer() : bindir_(FindBindir()) {
+PgServer::PgServer() : bindir_(FindBindir()), port_(FreePort()), shared_(true) {
+  Init();
+  Start();
+  std::atexit([] {
+    PgServer& server = PgServer::Shared();
+    server.Stop();
+    // Leave nothing behind in /tmp: data directories add up over many runs.
+    RunCommand(absl::StrCat("rm -rf '", server.socket_dir(), "'"));
+  });
+}
+
+PgServer::PgServer(int port) : bindir_(FindBindir()), port_(port) { Init(); }
+
+void PgServer::Init() {
   char tmpl[] = "/tmp/pgfleet-pg-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) Die("mkdtemp failed");
   dir_ = tmpl;
   if (geteuid() == 0) RunCommand(absl::StrCat("chown postgres: ", dir_));
-  port_ = FreePort();
   RunAsOwner(absl::StrCat(bindir_, "/initdb -D ", dir_, "/data -U postgres --auth=trust",
                           " --no-sync >", dir_, "/initdb.log 2>&1"));
   WriteFile(absl::StrCat(dir_, "/data/postgresql.conf"),
@@ -103,16 +115,12 @@ PgServer::PgServer() : bindir_(FindBindir()) {
             "host all aqscram 127.0.0.1/32 scram-sha-256\n"
             "local all all trust\n"
             "host all all 127.0.0.1/32 trust\n");
-  Start();
-  std::atexit([] {
-    PgServer& server = PgServer::Shared();
-    server.Stop();
-    // Leave nothing behind in /tmp: data directories add up over many runs.
-    RunCommand(absl::StrCat("rm -rf '", server.socket_dir(), "'"));
-  });
 }
 
-PgServer::~PgServer() { Stop(); }
+PgServer::~PgServer() {
+  Stop();
+  if (!shared_) RunCommand(absl::StrCat("rm -rf '", dir_, "'"));
+}
 
 void PgServer::RunAsOwner(const std::string& command) const {
   std::string wrapped = geteuid() == 0
@@ -120,6 +128,35 @@ void PgServer::RunAsOwner(const std::string& command) const {
                                            absl::StrReplaceAll(command, {{"\"", "\\\""}}), "\"")
                             : command;
   if (RunCommand(wrapped) != 0) Die(absl::StrCat("command failed: ", command));
+}
+
+void PgServer::EnableTls(const std::string& cert_file, const std::string& key_file) {
+  if (tls_enabled_) return;
+  const std::string data = absl::StrCat(dir_, "/data");
+  // PostgreSQL wants its key owned by itself and unreadable by others.
+  RunCommand(absl::StrCat("cp ", cert_file, " ", data, "/server.crt && cp ", key_file, " ", data,
+                          "/server.key && chmod 600 ", data, "/server.key"));
+  if (geteuid() == 0) RunCommand(absl::StrCat("chown postgres: ", data, "/server.*"));
+  WriteFile(absl::StrCat(data, "/postgresql.conf"),
+            absl::StrCat(ReadFile(absl::StrCat(data, "/postgresql.conf")),
+                         "\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n"));
+  WriteFile(absl::StrCat(data, "/pg_hba.conf"),
+            absl::StrCat("hostssl all tlsonly 127.0.0.1/32 scram-sha-256\n"
+                         "host all tlsonly 127.0.0.1/32 reject\n",
+                         ReadFile(absl::StrCat(data, "/pg_hba.conf"))));
+  RunAsOwner(absl::StrCat(bindir_, "/pg_ctl -D ", data, " reload >/dev/null"));
+  // Reload is asynchronous: wait until a TLS connection works.
+  for (int i = 0; i < 100; ++i) {
+    if (RunCommand(absl::StrCat("psql -X -At 'host=127.0.0.1 port=", port_,
+                                " user=postgres dbname=postgres sslmode=require' -c 'SELECT 1' "
+                                ">/dev/null 2>&1")) == 0) {
+      break;
+    }
+    usleep(50 * 1000);
+  }
+  Exec("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tlsonly') THEN "
+       "CREATE ROLE tlsonly LOGIN PASSWORD 'tlspass'; END IF; END $$");
+  tls_enabled_ = true;
 }
 
 void PgServer::Start() {

@@ -11,6 +11,11 @@ class PgServer {
   // The one server shared by every test in this process (started on first use).
   static PgServer& Shared();
 
+  // A server of its own on `port`, for tests that need PostgreSQL to appear on an address later:
+  // initdb runs here, Start() starts it. Stopped, and its directory removed, when destroyed.
+  explicit PgServer(int port);
+  PgServer(const PgServer&) = delete;
+  PgServer& operator=(const PgServer&) = delete;
   ~PgServer();
 
   int port() const { return port_; }
@@ -23,6 +28,10 @@ class PgServer {
   // The first column of the first row, as text.
   std::string QueryValue(const std::string& sql, const std::string& dbname = "postgres") const;
 
+  // Turns on ssl with this certificate and key (copied into the data directory) and makes the
+  // role `tlsonly` TLS-only (hostssl scram-sha-256; plain text rejected). Idempotent.
+  void EnableTls(const std::string& cert_file, const std::string& key_file);
+
   void Start();
   // Fast shutdown (clients are disconnected).
   void Stop();
@@ -31,12 +40,15 @@ class PgServer {
 
  private:
   PgServer();
+  void Init();
   void RunAsOwner(const std::string& command) const;
 
   std::string dir_;
   std::string bindir_;
   int port_ = 0;
   bool running_ = false;
+  bool shared_ = false;  // Shared(): removed at exit, not when destroyed
+  bool tls_enabled_ = false;
 };
 
 // Picks a TCP port on 127.0.0.1 that is free right now.

@@ -314,13 +314,73 @@ TEST(ScramServerExchangeTest, AcceptsYFlagWhenBindingIsEchoed) {
       server.HandleClientFinal(absl::StrCat(without_proof, ",p=", Base64Encode(proof))).ok());
 }
 
-TEST(ScramServerExchangeTest, RejectsChannelBinding) {
+TEST(ScramServerExchangeTest, ChannelBindingWithoutPlusIsMalformed) {
   CountingRandom random;
-  ScramServerExchange server(RfcSecret(), random);
+  ScramServerExchange server(RfcSecret(), random, std::vector<uint8_t>{1, 2, 3});
   absl::StatusOr<std::string> server_first =
-      server.HandleClientFirst("p=tls-server-end-point,,n=,r=abc");
+      server.HandleClientFirst("p=tls-server-end-point,,n=,r=abc", /*plus=*/false);
   ASSERT_FALSE(server_first.ok());
-  EXPECT_EQ(server_first.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(server_first.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Runs a -PLUS exchange: the client binds to `client_sees`, the server to `server_has`.
+absl::Status RunPlusExchange(std::vector<uint8_t> client_sees, std::vector<uint8_t> server_has) {
+  CountingRandom client_random;
+  CountingRandom server_random;
+  ScramClientExchange client = ScramClientExchange::WithPassword("pencil", client_random);
+  ScramServerExchange server(RfcSecret(), server_random, std::move(server_has));
+  ScramClientBinding binding;
+  binding.flag = ScramClientBinding::Flag::kTlsServerEndPoint;
+  binding.data = std::move(client_sees);
+  const std::string client_first = client.ClientFirst(std::move(binding));
+  EXPECT_TRUE(absl::StartsWith(client_first, "p=tls-server-end-point,,n=,r=")) << client_first;
+  absl::StatusOr<std::string> server_first = server.HandleClientFirst(client_first, true);
+  if (!server_first.ok()) return server_first.status();
+  absl::StatusOr<std::string> client_final = client.HandleServerFirst(*server_first);
+  if (!client_final.ok()) return client_final.status();
+  absl::StatusOr<std::string> server_final = server.HandleClientFinal(*client_final);
+  if (!server_final.ok()) return server_final.status();
+  return client.VerifyServerFinal(*server_final);
+}
+
+TEST(ScramChannelBindingTest, PlusExchangeSucceedsWhenBothSeeTheSameCertificate) {
+  EXPECT_TRUE(RunPlusExchange({0xde, 0xad, 0xbe, 0xef}, {0xde, 0xad, 0xbe, 0xef}).ok());
+}
+
+TEST(ScramChannelBindingTest, PlusExchangeFailsWhenTheCertificatesDiffer) {
+  // What a TLS-terminating man in the middle produces: each side sees a different certificate.
+  absl::Status status = RunPlusExchange({0xde, 0xad, 0xbe, 0xef}, {0xde, 0xad, 0xbe, 0xee});
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+}
+
+TEST(ScramChannelBindingTest, YFlagIsADowngradeWhenPlusWasOffered) {
+  CountingRandom random;
+  ScramServerExchange server(RfcSecret(), random, std::vector<uint8_t>{1});
+  absl::StatusOr<std::string> server_first = server.HandleClientFirst("y,,n=,r=abc");
+  ASSERT_FALSE(server_first.ok());
+  EXPECT_EQ(server_first.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(server_first.status().message(), "negotiation error"));
+}
+
+TEST(ScramChannelBindingTest, PlusNeedsAnOfferAndTheKnownBindingType) {
+  CountingRandom random;
+  ScramServerExchange not_offered(RfcSecret(), random);
+  EXPECT_EQ(not_offered.HandleClientFirst("p=tls-server-end-point,,n=,r=abc", true).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ScramServerExchange other_type(RfcSecret(), random, std::vector<uint8_t>{1});
+  EXPECT_EQ(other_type.HandleClientFirst("p=tls-unique,,n=,r=abc", true).status().code(),
+            absl::StatusCode::kUnimplemented);
+  ScramServerExchange no_flag(RfcSecret(), random, std::vector<uint8_t>{1});
+  EXPECT_EQ(no_flag.HandleClientFirst("n,,n=,r=abc", true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ScramChannelBindingTest, ClientSendsYOverTlsWithoutPlus) {
+  CountingRandom random;
+  ScramClientExchange client = ScramClientExchange::WithPassword("pencil", random);
+  ScramClientBinding binding;
+  binding.flag = ScramClientBinding::Flag::kSupportedNotUsed;
+  EXPECT_TRUE(absl::StartsWith(client.ClientFirst(binding), "y,,n=,r="));
 }
 
 TEST(ScramServerExchangeTest, RejectsMalformedClientFirst) {

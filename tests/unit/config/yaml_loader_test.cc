@@ -462,3 +462,42 @@ TEST(YamlLoaderTest, MissingFileIsNotFoundAndNamesThePath) {
 
 }  // namespace
 }  // namespace pgfleet::config
+
+namespace pgfleet::config {
+namespace {
+
+TEST(TlsSectionTest, ReadsPgBouncerKeysAndResolvesFilesNextToTheConfig) {
+  auto config = LoadConfigText(
+      "databases: {app: {}}\n"
+      "tls:\n"
+      "  client_tls_sslmode: verify-full\n"
+      "  client_tls_cert_file: certs/server.crt\n"
+      "  client_tls_key_file: /secret/server.key\n"
+      "  client_tls_ca_file: ca.crt\n"
+      "  client_tls_protocols: tlsv1.3\n"
+      "  server_tls_sslmode: prefer\n",
+      "/etc/pgfleet/pgfleet.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->tls.client_tls_sslmode, SslMode::kVerifyFull);
+  EXPECT_EQ(config->tls.client_tls_cert_file, "/etc/pgfleet/certs/server.crt");
+  EXPECT_EQ(config->tls.client_tls_key_file, "/secret/server.key");
+  EXPECT_EQ(config->tls.client_tls_ca_file, "/etc/pgfleet/ca.crt");
+  EXPECT_EQ(config->tls.client_tls_protocols, "tlsv1.3");
+  EXPECT_EQ(config->tls.server_tls_sslmode, SslMode::kPrefer);
+  EXPECT_EQ(config->tls.server_tls_protocols, "secure");
+}
+
+TEST(TlsSectionTest, ErrorsNameTheKey) {
+  EXPECT_THAT(ErrorOf("databases: {app: {}}\ntls: {client_tls_sslmode: always}\n"),
+              HasSubstr("/etc/pgfleet.yaml: tls.client_tls_sslmode: expected one of disable, "
+                        "allow, prefer, require, verify-ca, verify-full"));
+  EXPECT_THAT(ErrorOf("databases: {app: {}}\ntls: {client_tls_sslmode: require}\n"),
+              HasSubstr("tls.client_tls_cert_file: client_tls_sslmode require needs"));
+  EXPECT_THAT(ErrorOf("databases: {app: {}}\ntls: {server_tls_sslmode: verify-full}\n"),
+              HasSubstr("tls.server_tls_ca_file"));
+  EXPECT_THAT(ErrorOf("databases: {app: {}}\ntls: {client_tls_sslmod: require}\n"),
+              HasSubstr("did you mean \"tls.client_tls_sslmode\""));
+}
+
+}  // namespace
+}  // namespace pgfleet::config
