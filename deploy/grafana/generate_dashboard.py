@@ -191,10 +191,18 @@ def build():
     L.add("timeseries", "Errors by SQLSTATE class", "Errors sent to clients, by class.",
           [target(f"sum by (class) (rate(pgfleet_errors_total{{{POD}}}[{RATE}]))",
                   "{{class}}", "A")], 8, 8, "ops")
+    L.add("timeseries", "Refused clients",
+          "Clients refused before login, by reason: max_client_conn, max_concurrent_logins, hba, "
+          "tls_required, tls_handshake, login_failed, protocol_error; and cancel requests "
+          "ignored by pool.cancel_rate_limit.",
+          [target(f"sum by (reason) (rate(pgfleet_clients_rejected_total{{{POD}}}[{RATE}]))",
+                  "{{reason}}", "A"),
+           target(f"sum(rate(pgfleet_cancel_rate_limited_total{{{POD}}}[{RATE}]))",
+                  "cancel rate limited", "B")], 12, 8, "ops")
     L.add("timeseries", "Prepared statements",
           "Protocol-level prepared statement cache: prepared, hits, re-prepares, evictions.",
           [target(f"sum by (event) (rate(pgfleet_prepared_statements_total{{{POD}}}[{RATE}]))",
-                  "{{event}}", "A")], 24, 8, "ops")
+                  "{{event}}", "A")], 12, 8, "ops")
     return L.panels
 
 

@@ -126,6 +126,13 @@ void AddWorkerStats(const WorkerStats& from, AddMode mode, WorkerStats* into) {
   into->set_clients_accepted(into->clients_accepted() + from.clients_accepted());
   into->set_servers_opened(into->servers_opened() + from.servers_opened());
   into->set_server_login_failures(into->server_login_failures() + from.server_login_failures());
+  into->set_clients_rejected_hba(into->clients_rejected_hba() + from.clients_rejected_hba());
+  into->set_clients_rejected_max_concurrent_logins(into->clients_rejected_max_concurrent_logins() +
+                                                   from.clients_rejected_max_concurrent_logins());
+  into->set_clients_rejected_tls_required(into->clients_rejected_tls_required() +
+                                          from.clients_rejected_tls_required());
+  into->set_tls_handshake_failures(into->tls_handshake_failures() + from.tls_handshake_failures());
+  into->set_cancels_rate_limited(into->cancels_rate_limited() + from.cancels_rate_limited());
   into->set_prepared_statements_prepared(into->prepared_statements_prepared() +
                                          from.prepared_statements_prepared());
   into->set_prepared_statements_hits(into->prepared_statements_hits() +

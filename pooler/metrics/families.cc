@@ -225,6 +225,9 @@ static const WorkerCounter kWorkerCounters[] = {
      [](const peering::v1::WorkerStats& s) { return s.cancels_dropped(); }},
     {names::kClientConnections, "Client connections accepted.",
      [](const peering::v1::WorkerStats& s) { return s.clients_accepted(); }},
+    {names::kCancelRateLimited,
+     "CancelRequests ignored because their source address exceeded pool.cancel_rate_limit.",
+     [](const peering::v1::WorkerStats& s) { return s.cancels_rate_limited(); }},
 };
 for (const auto& c : kWorkerCounters) {
   auto f = Family(c.name, c.help, MetricType::Counter);
@@ -245,6 +248,27 @@ for (const auto& [slot, s] : view.slots) {
   }
 }
 out.push_back(std::move(errors));
+
+auto rejected = Family(names::kClientsRejected,
+                       "Clients refused or dropped before they were logged in, by reason.",
+                       MetricType::Counter);
+for (const auto& [slot, s] : view.slots) {
+  const std::string worker = std::to_string(slot);
+  const std::pair<const char*, uint64_t> reasons[] = {
+      {"max_client_conn", s.clients_rejected()},
+      {"max_concurrent_logins", s.clients_rejected_max_concurrent_logins()},
+      {"hba", s.clients_rejected_hba()},
+      {"tls_required", s.clients_rejected_tls_required()},
+      {"tls_handshake", s.tls_handshake_failures()},
+      {"login_failed", s.login_failures()},
+      {"protocol_error", s.protocol_errors()},
+  };
+  for (const auto& [reason, n] : reasons) {
+    AddValue(rejected, {{std::string(names::kLabelReason), reason}, {kWorker, worker}},
+             static_cast<double>(n));
+  }
+}
+out.push_back(std::move(rejected));
 
 auto prepared = Family(names::kPreparedStatements,
                        "Prepared statement cache events: a client prepared a statement, a "

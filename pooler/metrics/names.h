@@ -50,6 +50,10 @@ inline constexpr std::string_view kCancelReceived = "pgfleet_cancel_received_tot
 inline constexpr std::string_view kCancelForwarded = "pgfleet_cancel_forwarded_total";
 inline constexpr std::string_view kCancelDropped = "pgfleet_cancel_dropped_total";
 inline constexpr std::string_view kClientConnections = "pgfleet_client_connections_total";
+// {reason, worker}: reason is max_client_conn | max_concurrent_logins | hba | tls_required |
+// tls_handshake | login_failed | protocol_error.
+inline constexpr std::string_view kClientsRejected = "pgfleet_clients_rejected_total";
+inline constexpr std::string_view kCancelRateLimited = "pgfleet_cancel_rate_limited_total";
 inline constexpr std::string_view kErrors = "pgfleet_errors_total";  // {class, worker}
 // {event, worker}: event is prepared | hit | reprepare | eviction.
 inline constexpr std::string_view kPreparedStatements = "pgfleet_prepared_statements_total";
@@ -60,6 +64,7 @@ inline constexpr std::string_view kLabelUser = "user";
 inline constexpr std::string_view kLabelWorker = "worker";
 inline constexpr std::string_view kLabelClass = "class";
 inline constexpr std::string_view kLabelEvent = "event";
+inline constexpr std::string_view kLabelReason = "reason";
 inline constexpr std::string_view kLabelVersion = "version";
 
 }  // namespace pgfleet::metrics::names

@@ -182,6 +182,11 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
   out->set_clients_accepted(counters.clients_accepted);
   out->set_servers_opened(counters.servers_opened);
   out->set_server_login_failures(counters.server_login_failures);
+  out->set_clients_rejected_hba(counters.clients_rejected_hba);
+  out->set_clients_rejected_max_concurrent_logins(counters.clients_rejected_max_concurrent_logins);
+  out->set_clients_rejected_tls_required(counters.clients_rejected_tls_required);
+  out->set_tls_handshake_failures(counters.tls_handshake_failures);
+  out->set_cancels_rate_limited(counters.cancels_rate_limited);
   out->set_rss_bytes(ResidentBytes());
   for (size_t i = 0; i < counters.errors_by_class.size(); ++i) {
     if (counters.errors_by_class[i] == 0) continue;

@@ -171,6 +171,8 @@ TEST_F(MetricsTest, EveryMetricIsServedAndMatchesTheConsole) {
                                 n::kCancelForwarded,
                                 n::kCancelDropped,
                                 n::kClientConnections,
+                                n::kClientsRejected,
+                                n::kCancelRateLimited,
                                 n::kErrors,
                                 n::kPreparedStatements}) {
     EXPECT_TRUE(HasMetric(samples, std::string(name))) << name;

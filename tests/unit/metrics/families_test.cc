@@ -131,6 +131,8 @@ TEST(FamiliesTest, EveryNameIsExported) {
                                 names::kCancelForwarded,
                                 names::kCancelDropped,
                                 names::kClientConnections,
+                                names::kClientsRejected,
+                                names::kCancelRateLimited,
                                 names::kErrors,
                                 names::kPreparedStatements}) {
     EXPECT_THAT(text, HasSubstr("\n" + std::string(name))) << name;
