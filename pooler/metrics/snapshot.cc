@@ -305,6 +305,7 @@ void WorkerStatsSource::FillConnections(peering::v1::WorkerStats* out) {
           static_cast<uint64_t>(absl::ToInt64Microseconds(now - c.wait_started_at())));
     }
     if (c.server() != nullptr) info->set_link(c.server()->id());
+    if (c.tls_established()) info->set_tls(c.tls()->Description());
     if (app_slot >= 0 && c.params().IsSet(static_cast<size_t>(app_slot))) {
       info->set_application_name(std::string(c.params().Get(static_cast<size_t>(app_slot))));
     }
@@ -328,6 +329,7 @@ void WorkerStatsSource::FillConnections(peering::v1::WorkerStats* out) {
       info->set_addr(s.pool()->db().host);
       info->set_port(static_cast<uint32_t>(s.pool()->db().port));
       LocalAddress(s.fd(), info);
+      if (s.tls_established()) info->set_tls(s.tls()->Description());
       info->set_connect_time_ms(UnixMs(ToWallClock(s.created_at(), now, wall)));
       info->set_request_time_ms(UnixMs(ToWallClock(s.last_used_at(), now, wall)));
       info->set_close_needed(s.close_on_release());

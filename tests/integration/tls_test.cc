@@ -6,6 +6,7 @@
 #include <chrono>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "tests/integration/harness/fixtures.h"
@@ -222,6 +223,32 @@ TEST_F(ServerTlsTest, VerifyFullReachesPostgresOverTlsWithChannelBinding) {
       "echo rc=$?"));
   EXPECT_THAT(out, HasSubstr("rc=0")) << out;
   EXPECT_THAT(out, HasSubstr("number of failed transactions: 0")) << out;
+}
+
+TEST_F(ServerTlsTest, ShowClientsAndServersReportTls) {
+  PgfleetProcess fleet(absl::StrCat(PoolConfig("session", 2),
+                                    ClientTls("prefer", "  server_tls_sslmode: prefer\n"),
+                                    "admin:\n  users: [postgres]\n"));
+  auto tls = Connect(fleet.ConnString("postgres", "postgres", "sslmode=require"));
+  ASSERT_TRUE(Ok(tls)) << ErrorOf(tls) << fleet.Log();
+  EXPECT_EQ(Value(tls, "SELECT 1"), "1");  // session mode: the server stays linked
+  auto admin = Connect(fleet.ConnString("postgres", "pgfleet", "sslmode=disable"));
+  ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
+  // The tls column of each row, as PgBouncer shows it.
+  auto tls_column = [&](const std::string& command) {
+    std::vector<std::string> values;
+    auto result = Exec(admin, command);
+    const int column = PQfnumber(result.get(), "tls");
+    for (int row = 0; column >= 0 && row < PQntuples(result.get()); ++row) {
+      values.push_back(PQgetvalue(result.get(), row, column));
+    }
+    return values;
+  };
+  // The TLS client, and the console itself over plain text; prefer toward a PostgreSQL with
+  // ssl=on gives a TLS server connection.
+  EXPECT_THAT(tls_column("SHOW CLIENTS"),
+              ::testing::UnorderedElementsAre(HasSubstr("TLSv1.3/"), ""));
+  EXPECT_THAT(tls_column("SHOW SERVERS"), ::testing::ElementsAre(HasSubstr("TLSv1.3/")));
 }
 
 TEST_F(ServerTlsTest, PlainTextOrAnUntrustedServerFailsTheLogin) {
