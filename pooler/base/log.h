@@ -2,6 +2,7 @@
 // Callers pass only non-secret fields; nothing here knows what a password is, so never log one.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "pooler/base/strings.h"
@@ -17,8 +18,13 @@ LogLevel GetLogLevel();
 void SetLogPrefix(std::string_view prefix);
 
 // Writes one line to stderr with a single write(2), so lines from processes sharing stderr don't
-// interleave. `fields` is already formatted as `k=v k=v`.
+// interleave. `fields` is already formatted as `k=v k=v`. Never blocks: a line that cannot be
+// written now (a full disk, a pipe or socket whose reader stalls) is dropped and counted, and the
+// next line that gets through is followed by `event=log_lines_dropped count=N total=M`.
 void LogLine(LogLevel level, std::string_view event, std::string_view fields);
+
+// Lines dropped so far in this process.
+uint64_t DroppedLogLines();
 
 // Quotes a value for key=value output when it has spaces, quotes or is empty.
 std::string LogQuote(std::string_view value);

@@ -23,7 +23,8 @@ std::string PgfleetBinary() {
 }
 
 PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string& userlist,
-                               const std::string& listen_extra, const std::string& address)
+                               const std::string& listen_extra, const std::string& address,
+                               const std::string& output)
     : listen_extra_(listen_extra), address_(address) {
   char tmpl[] = "/tmp/pgfleet-it-XXXXXX";
   dir_ = mkdtemp(tmpl);
@@ -32,10 +33,10 @@ PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string
   if (!userlist.empty()) std::ofstream(dir_ + "/userlist.txt") << userlist;
   config_path_ = dir_ + "/pgfleet.yaml";
   std::ofstream(config_path_) << WriteConfig(config_body);
-  std::string log_path = dir_ + "/pgfleet.log";
+  const std::string log_path = output.empty() ? dir_ + "/pgfleet.log" : output;
   pid_ = fork();
   if (pid_ == 0) {
-    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | (output.empty() ? O_TRUNC : 0), 0644);
     dup2(fd, 1);
     dup2(fd, 2);
     std::string bin = PgfleetBinary();

@@ -15,8 +15,10 @@ class PgfleetProcess {
   // `listen_extra` adds keys to the listen section (e.g. "  unix_socket_dir: /tmp/x\n").
   // `address` is where it listens for clients (another loopback address, such as 127.0.0.2,
   // stands in for another pod).
+  // `output` is where its stdout and stderr go (e.g. /dev/full); empty = a file Log() reads.
   PgfleetProcess(const std::string& config_body, const std::string& userlist = "",
-                 const std::string& listen_extra = "", const std::string& address = "127.0.0.1");
+                 const std::string& listen_extra = "", const std::string& address = "127.0.0.1",
+                 const std::string& output = "");
   ~PgfleetProcess();
 
   int port() const { return port_; }

@@ -1,0 +1,358 @@
+// Faults around the fleet (issue 8): PostgreSQL unreachable when pgfleet starts, a worker
+// SIGKILLed under load, and log writes failing because the log disk is full.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "tests/integration/harness/fixtures.h"
+#include "tests/integration/harness/http_client.h"
+
+namespace pgfleet::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using Row = std::map<std::string, std::string>;
+
+std::string FleetConfig(int workers, int pg_port, const std::string& top_extra = "") {
+  return absl::StrCat("workers: ", workers,
+                      "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg_port,
+                      "}\npool:\n  pool_mode: transaction\n  default_pool_size: 8\n", top_extra);
+}
+
+// The worker processes under a supervisor.
+std::vector<pid_t> WorkerPids(pid_t supervisor) {
+  std::vector<pid_t> pids;
+  for (auto line : absl::StrSplit(RunCommandOutput(absl::StrCat("pgrep -P ", supervisor)), '\n')) {
+    int pid = 0;
+    if (absl::SimpleAtoi(line, &pid)) pids.push_back(pid);
+  }
+  std::sort(pids.begin(), pids.end());
+  return pids;
+}
+
+// Every row of a query's result as column -> value (empty on an error).
+std::vector<Row> Rows(const ConnPtr& conn, const std::string& sql) {
+  ResultPtr r = Exec(conn, sql);
+  std::vector<Row> rows;
+  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) return rows;
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    Row row;
+    for (int j = 0; j < PQnfields(r.get()); ++j)
+      row[PQfname(r.get(), j)] = PQgetvalue(r.get(), i, j);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+int LocalPort(const ConnPtr& c) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(PQsocket(c.get()), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+  return ntohs(addr.sin_port);
+}
+
+enum class Outcome { kOk, kError, kTimeout };
+
+// Runs `sql` and waits for its result at most `timeout`: a client that a pooler leaves hanging
+// shows up as kTimeout instead of hanging the test.
+Outcome QueryWithin(PGconn* c, const char* sql, milliseconds timeout) {
+  if (PQsendQuery(c, sql) != 1) return Outcome::kError;
+  const auto deadline = Clock::now() + timeout;
+  bool failed = false;
+  while (Clock::now() < deadline) {
+    while (!PQisBusy(c)) {
+      PGresult* r = PQgetResult(c);
+      if (r == nullptr) return failed ? Outcome::kError : Outcome::kOk;
+      const auto status = PQresultStatus(r);
+      failed |= status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK;
+      PQclear(r);
+    }
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    pollfd pfd{PQsocket(c), POLLIN, 0};
+    if (pfd.fd < 0) return Outcome::kError;
+    poll(&pfd, 1, static_cast<int>(std::max<int64_t>(1, left.count())));
+    if (PQconsumeInput(c) != 1) failed = true;  // the result (an error) follows
+  }
+  return Outcome::kTimeout;
+}
+
+class FaultFleetTest : public IntegrationTest {};
+
+TEST_F(FaultFleetTest, PostgresUnreachableAtStartThenServedOnceItComes) {
+  // initdb before pgfleet starts, so PostgreSQL's start below is quick; nothing listens yet.
+  PgServer later(FreePort());
+  PgfleetProcess fleet(FleetConfig(2, later.port()));
+  ASSERT_TRUE(fleet.Running()) << fleet.Log();
+  EXPECT_EQ(HttpGet(fleet.metrics_port(), "/healthz"), 200);
+  // Not ready for the right reason once the workers have reported (bounded: 10 s).
+  std::string body;
+  int status = -1;
+  for (int i = 0; i < 100; ++i) {
+    status = HttpGet(fleet.metrics_port(), "/readyz", &body);
+    if (body.find("PostgreSQL") != std::string::npos) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_EQ(status, 503);
+  EXPECT_THAT(body, HasSubstr("PostgreSQL is not reachable"));
+  // A client that arrives during the outage waits for a server (bounded by
+  // query_wait_timeout) rather than being refused...
+  std::atomic<bool> early_done{false};
+  std::string early_result;
+  Clock::time_point early_served_at;
+  std::thread early([&] {
+    auto c = Connect(fleet.ConnString());
+    early_result = Ok(c) ? Value(c, "SELECT 'waited'") : ErrorOf(c);
+    early_served_at = Clock::now();
+    early_done = true;
+  });
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_FALSE(early_done.load()) << early_result;
+
+  later.Start();
+  const auto up = Clock::now();
+  // ... and is served once PostgreSQL is there, as is every new client, and the pod is ready.
+  early.join();  // bounded by libpq's connect_timeout (10 s)
+  EXPECT_EQ(early_result, "waited");
+  EXPECT_LT(early_served_at - up, std::chrono::seconds(5));
+  int served = 0;
+  for (int i = 0; i < 8; ++i) {  // the kernel spreads them over both workers
+    auto c = Connect(fleet.ConnString("postgres", "postgres", "connect_timeout=3"));
+    if (Ok(c) && Value(c, "SELECT 'up'") == "up") ++served;
+  }
+  EXPECT_EQ(served, 8) << fleet.Log().substr(0, 4000);
+  for (int i = 0; i < 50 && HttpGet(fleet.metrics_port(), "/readyz", &body) != 200; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_EQ(HttpGet(fleet.metrics_port(), "/readyz", &body), 200) << body;
+  EXPECT_LT(Clock::now() - up, std::chrono::seconds(10));
+}
+
+// One client running queries in a loop, on a known worker.
+struct LoopClient {
+  ConnPtr conn;
+  int slot = -1;
+  std::atomic<int> ok_before_kill{0};
+  std::atomic<int> ok_after_kill{0};
+  std::atomic<bool> failed{false};
+  Outcome failure = Outcome::kOk;
+  milliseconds failed_after_kill{-1};
+  bool connection_lost = false;
+};
+
+TEST_F(FaultFleetTest, WorkerKilledUnderLoadDropsOnlyItsOwnClients) {
+  PgfleetProcess fleet(FleetConfig(2, pg().port(), "admin:\n  users: [admin]\n"));
+  ASSERT_EQ(WorkerPids(fleet.pid()).size(), 2u) << fleet.Log();
+  // Clients until each worker has at least 3 (the kernel picks the worker; bounded at 40).
+  std::vector<std::unique_ptr<LoopClient>> clients;
+  std::map<int, int> per_slot;
+  std::map<int, pid_t> slot_pid;
+  {
+    auto admin = Connect(fleet.ConnString("admin", "pgfleet"));
+    ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
+    while (clients.size() < 40 && (per_slot[0] < 3 || per_slot[1] < 3)) {
+      auto client = std::make_unique<LoopClient>();
+      client->conn = Connect(fleet.ConnString());
+      ASSERT_TRUE(Ok(client->conn)) << ErrorOf(client->conn);
+      const std::string port = std::to_string(LocalPort(client->conn));
+      for (const Row& row : Rows(admin, "SHOW CLIENTS")) {
+        if (row.at("port") == port && row.at("addr") == "127.0.0.1") {
+          ASSERT_TRUE(absl::SimpleAtoi(row.at("worker"), &client->slot));
+        }
+      }
+      ASSERT_GE(client->slot, 0) << "client on port " << port << " not in SHOW CLIENTS";
+      ++per_slot[client->slot];
+      clients.push_back(std::move(client));
+    }
+    ASSERT_GE(per_slot[0], 3);
+    ASSERT_GE(per_slot[1], 3);
+    for (const Row& row : Rows(admin, "SHOW WORKERS")) {
+      int slot = -1, pid = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(row.at("worker"), &slot));
+      ASSERT_TRUE(absl::SimpleAtoi(row.at("pid"), &pid));
+      slot_pid[slot] = pid;
+    }
+  }
+  ASSERT_EQ(slot_pid.size(), 2u);
+  const std::vector<pid_t> before = WorkerPids(fleet.pid());
+  std::vector<pid_t> shown = {slot_pid[0], slot_pid[1]};
+  std::sort(shown.begin(), shown.end());
+  ASSERT_EQ(before, shown);
+  const int victim_slot = 0;
+  const pid_t victim = slot_pid[victim_slot];
+
+  std::atomic<bool> stop{false};
+  std::atomic<bool> killed{false};
+  Clock::time_point killed_at;
+  std::vector<std::thread> load;
+  for (auto& client : clients) {
+    load.emplace_back([&, c = client.get()] {
+      for (int n = 0; n < 100000 && !stop; ++n) {
+        const bool after = killed;  // read before the query: counts only queries sent after
+        const Outcome outcome = QueryWithin(c->conn.get(), "SELECT 1", milliseconds(3000));
+        if (outcome != Outcome::kOk) {
+          c->failure = outcome;
+          c->failed_after_kill =
+              after ? std::chrono::duration_cast<milliseconds>(Clock::now() - killed_at)
+                    : milliseconds(-1);
+          c->connection_lost = PQstatus(c->conn.get()) == CONNECTION_BAD;
+          c->failed = true;
+          return;
+        }
+        ++(after ? c->ok_after_kill : c->ok_before_kill);
+        std::this_thread::sleep_for(milliseconds(2));
+      }
+    });
+  }
+  auto all = [&](auto pred) {
+    return std::all_of(clients.begin(), clients.end(), [&](auto& c) { return pred(*c); });
+  };
+  // Bounded waits: every client busy, then after the kill every victim failed and every
+  // survivor went on.
+  for (int i = 0; i < 100 && !all([](LoopClient& c) { return c.ok_before_kill >= 3; }); ++i) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  killed_at = Clock::now();
+  killed = true;
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  for (int i = 0; i < 100; ++i) {
+    if (all([&](LoopClient& c) {
+          return c.slot == victim_slot ? c.failed.load() : c.ok_after_kill >= 20;
+        })) {
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  stop = true;
+  for (auto& t : load) t.join();
+
+  for (const auto& c : clients) {
+    SCOPED_TRACE(absl::StrCat("client on worker ", c->slot));
+    EXPECT_GE(c->ok_before_kill.load(), 3);
+    if (c->slot == victim_slot) {
+      // Its connection is gone: an error within a bounded time, not a hang.
+      EXPECT_TRUE(c->failed.load());
+      EXPECT_EQ(c->failure, Outcome::kError);
+      EXPECT_TRUE(c->connection_lost);
+      EXPECT_LT(c->failed_after_kill, milliseconds(3000));
+    } else {
+      EXPECT_FALSE(c->failed.load()) << "a client of the other worker saw an error";
+      EXPECT_GE(c->ok_after_kill.load(), 20);
+    }
+  }
+  // The supervisor restarts the worker; the port keeps serving.
+  std::vector<pid_t> after;
+  for (int i = 0; i < 100; ++i) {
+    after = WorkerPids(fleet.pid());
+    if (after.size() == 2 && std::find(after.begin(), after.end(), victim) == after.end()) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_EQ(after.size(), 2u);
+  EXPECT_THAT(after, ::testing::Not(::testing::Contains(victim)));
+  EXPECT_THAT(after, ::testing::Contains(slot_pid[1 - victim_slot]));
+  int served = 0;
+  for (int i = 0; i < 10; ++i) {
+    auto c = Connect(fleet.ConnString("postgres", "postgres", "connect_timeout=3"));
+    if (Ok(c) && Value(c, "SELECT 'up'") == "up") ++served;
+  }
+  EXPECT_EQ(served, 10);
+  EXPECT_THAT(fleet.Log(), HasSubstr("event=worker_died"));
+}
+
+// Debug level with connection logging: every login, logout and query tries to log.
+constexpr char kChattyLog[] =
+    "log: {level: debug, log_connections: true, log_disconnections: true}\n";
+
+// pgbench through `fleet`, a new connection per transaction (-C), so every transaction logs; then
+// one more query. Expects no error, and the same workers as before (none died or restarted).
+void ExpectPgbenchServedWithoutLosingAWorker(PgfleetProcess& fleet) {
+  ASSERT_TRUE(fleet.Running());
+  const std::vector<pid_t> workers = WorkerPids(fleet.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  const std::string script = fleet.dir() + "/select1.sql";
+  ASSERT_EQ(RunCommand(absl::StrCat("echo 'SELECT 1;' > ", script)), 0);
+  // Bounded by -t and by timeout(1): a data path stuck behind the log shows up as exit=124.
+  const std::string out = RunCommandOutput(
+      absl::StrCat("timeout 20 pgbench -n -C -c 8 -j 2 -t 100 -f ", script, " -h 127.0.0.1 -p ",
+                   fleet.port(), " -U postgres postgres 2>&1; echo exit=$?"));
+  EXPECT_THAT(out, HasSubstr("exit=0")) << out;
+  EXPECT_THAT(out, HasSubstr("number of transactions actually processed: 800/800")) << out;
+  EXPECT_THAT(out, HasSubstr("number of failed transactions: 0 (0.000%)")) << out;
+  auto c = Connect(fleet.ConnString("postgres", "postgres", "connect_timeout=3"));
+  EXPECT_TRUE(Ok(c)) << ErrorOf(c);
+  EXPECT_EQ(Value(c, "SELECT 'still serving'"), "still serving");
+  EXPECT_EQ(WorkerPids(fleet.pid()), workers);
+  EXPECT_TRUE(fleet.Running());
+}
+
+TEST_F(FaultFleetTest, LogWritesFailingWithEnospcDoNotStopTheDataPath) {
+  // stdout and stderr on /dev/full: every log write fails with ENOSPC, as on a full log disk.
+  PgfleetProcess fleet(FleetConfig(2, pg().port(), kChattyLog), "", "", "127.0.0.1", "/dev/full");
+  for (pid_t pid : WorkerPids(fleet.pid())) {
+    ASSERT_EQ(RunCommandOutput(absl::StrCat("readlink /proc/", pid, "/fd/2")), "/dev/full\n");
+  }
+  ExpectPgbenchServedWithoutLosingAWorker(fleet);
+}
+
+// Reads what is in a non-blocking FIFO now, waiting at most `timeout` for `until` to appear.
+std::string ReadFifo(int fd, const std::string& until, milliseconds timeout) {
+  std::string got;
+  char buf[65536];
+  const auto deadline = Clock::now() + timeout;
+  for (int i = 0; i < 100000; ++i) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      got.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (until.empty() || got.find(until) != std::string::npos || Clock::now() >= deadline) break;
+    pollfd pfd{fd, POLLIN, 0};
+    poll(&pfd, 1, 50);
+  }
+  return got;
+}
+
+TEST_F(FaultFleetTest, LogPipeThatNobodyReadsDoesNotStopTheDataPath) {
+  // stderr into a FIFO whose reader never reads, as when a container's log collector stalls on
+  // a full disk: once the pipe's 64 KiB are full, every further log write would wait.
+  char tmpl[] = "/tmp/pgfleet-logfifo-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string fifo = dir + "/stderr";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  {
+    PgfleetProcess fleet(FleetConfig(2, pg().port(), kChattyLog), "", "", "127.0.0.1", fifo);
+    ExpectPgbenchServedWithoutLosingAWorker(fleet);
+    // The collector catches up: the next line that gets through says how many were lost.
+    ReadFifo(reader, "", milliseconds(0));
+    auto c = Connect(fleet.ConnString());
+    EXPECT_EQ(Value(c, "SELECT 1"), "1");
+    EXPECT_THAT(ReadFifo(reader, "event=log_lines_dropped", milliseconds(3000)),
+                HasSubstr("event=log_lines_dropped count="));
+    // Closing the reader first lets even a blocked writer go (EPIPE), so the fleet can stop.
+    close(reader);
+  }
+  RunCommand(absl::StrCat("rm -rf '", dir, "'"));
+}
+
+}  // namespace
+}  // namespace pgfleet::testing
