@@ -449,7 +449,106 @@ void ClientConn::HandleLoggedInData() {
     Close("client close request");
     return;
   }
+  if (AnswerDeallocate()) {
+    if (!closed() && !in_.empty()) HandleLoggedInData();
+    return;
+  }
   pool_->RequestServer(this);  // links now (and relays) or queues
+}
+
+namespace {
+
+// The statement a DEALLOCATE names, when `sql` is one and names a statement of `statements`.
+template <typename Map>
+std::optional<std::string> DeallocatedStatement(std::string_view sql, const Map& statements) {
+  if (!sql.empty() && sql.back() == '\0') sql.remove_suffix(1);
+  std::optional<std::string> name = ParseDeallocate(sql);
+  if (!name.has_value() || !statements.contains(*name)) return std::nullopt;
+  return name;
+}
+
+}  // namespace
+
+bool ClientConn::AnswerDeallocate() {
+  if (!pool_->tracks_prepared_statements() || skip_remaining_ > 0) return false;
+  // A DEALLOCATE, simple or extended (psycopg sends Parse/Bind/Describe/Execute/Sync with the
+  // unnamed statement), is a few hundred bytes at most; anything longer is something else.
+  constexpr size_t kMaxBatch = 1024;
+  auto data = in_.Readable();
+  std::optional<std::string> name;
+  protocol::StringSink answer;
+  size_t pos = 0;
+  bool done = false;
+  while (!done) {
+    if (data.size() - pos < protocol::kHeaderSize) return false;
+    const uint8_t type = data[pos];
+    const size_t total = size_t{protocol::LoadBigEndian32(data.data() + pos + 1)} + 1;
+    if (total < protocol::kHeaderSize || pos + total > kMaxBatch || data.size() - pos < total) {
+      return false;
+    }
+    const auto body = data.subspan(pos + protocol::kHeaderSize, total - protocol::kHeaderSize);
+    protocol::Reader reader(body);
+    std::string_view first;
+    switch (type) {
+      case 'Q':  // only as the whole batch
+        if (pos != 0) return false;
+        name = DeallocatedStatement(
+            std::string_view(reinterpret_cast<const char*>(body.data()), body.size()), statements_);
+        if (!name.has_value()) return false;
+        protocol::BuildCommandComplete(answer, "DEALLOCATE");
+        done = true;
+        break;
+      case 'P': {  // unnamed statement, no parameters
+        std::string_view query;
+        int16_t params = 0;
+        if (pos != 0 || !reader.ReadCString(&first) || !first.empty() ||
+            !reader.ReadCString(&query) || !reader.ReadInt16(&params) || params != 0) {
+          return false;
+        }
+        name = DeallocatedStatement(query, statements_);
+        if (!name.has_value()) return false;
+        protocol::BuildParseComplete(answer);
+        break;
+      }
+      case 'B': {  // unnamed portal of the unnamed statement, no parameters
+        std::string_view statement;
+        if (!name.has_value() || !reader.ReadCString(&first) || !first.empty() ||
+            !reader.ReadCString(&statement) || !statement.empty()) {
+          return false;
+        }
+        answer.Append(std::string_view("2\0\0\0\x04", 5));  // BindComplete
+        break;
+      }
+      case 'D': {
+        uint8_t kind = 0;
+        if (!name.has_value() || !reader.ReadByte(&kind) || !reader.ReadCString(&first) ||
+            !first.empty()) {
+          return false;
+        }
+        // A utility command has no parameters and returns no rows.
+        if (kind == 'S') answer.Append(std::string_view("t\0\0\0\x06\0\0", 7));
+        answer.Append(std::string_view("n\0\0\0\x04", 5));  // NoData
+        break;
+      }
+      case 'E':
+        if (!name.has_value() || !reader.ReadCString(&first) || !first.empty()) return false;
+        protocol::BuildCommandComplete(answer, "DEALLOCATE");
+        break;
+      case 'S':
+        if (!name.has_value()) return false;
+        done = true;
+        break;
+      default:
+        return false;
+    }
+    pos += total;
+  }
+  statements_.erase(*name);
+  in_.Consume(pos);
+  // The client is idle (nothing linked, nothing in flight), so answering here keeps order.
+  protocol::BuildReadyForQuery(answer, 'I');
+  if (!Send(AsBytes(answer.bytes()))) Close("write failed");
+  return true;
 }
 
 bool ClientConn::RelayToServer() {

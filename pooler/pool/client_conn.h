@@ -127,6 +127,9 @@ class ClientConn final : public net::Connection, public base::ListNode {
   void FinishLogin();
   void HandleLoggedInData();
   void HandleAdminData();
+  // An idle client's `DEALLOCATE name` for a statement pgfleet renamed (transaction and
+  // statement mode): forgets it and answers, since no server knows that name. True when done.
+  bool AnswerDeallocate();
   // `flush_first` bytes... see .cc
   enum class PreparedRewrite { kPassThrough, kReplace, kNeedMore, kFatal };
   // Renames statements in Parse/Bind/Describe/Close for `server` (prepared_relay.cc). With

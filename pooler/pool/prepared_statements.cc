@@ -59,3 +59,67 @@ void ServerStatementCache::Clear() {
 }
 
 }  // namespace pgfleet::pool
+
+namespace pgfleet::pool {
+namespace {
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f'; }
+
+void SkipSpaces(std::string_view& s) {
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+}
+
+// Consumes `keyword` (ASCII, case-insensitive) when it is followed by a space or the end.
+bool ConsumeKeyword(std::string_view& s, std::string_view keyword) {
+  if (s.size() < keyword.size()) return false;
+  for (size_t i = 0; i < keyword.size(); ++i) {
+    char c = s[i];
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+    if (c != keyword[i]) return false;
+  }
+  if (s.size() > keyword.size() && !IsSpace(s[keyword.size()])) return false;
+  s.remove_prefix(keyword.size());
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::string> ParseDeallocate(std::string_view sql) {
+  SkipSpaces(sql);
+  while (!sql.empty() && (IsSpace(sql.back()) || sql.back() == ';')) sql.remove_suffix(1);
+  if (!ConsumeKeyword(sql, "DEALLOCATE")) return std::nullopt;
+  SkipSpaces(sql);
+  std::string_view rest = sql;
+  if (ConsumeKeyword(rest, "PREPARE")) {
+    SkipSpaces(rest);
+    // "DEALLOCATE prepare" alone names a statement called prepare.
+    if (!rest.empty()) sql = rest;
+  }
+  if (sql.empty()) return std::nullopt;
+  std::string name;
+  if (sql.front() == '"') {
+    // A quoted identifier; "" inside stands for one quote.
+    for (size_t i = 1; i < sql.size(); ++i) {
+      if (sql[i] != '"') {
+        name.push_back(sql[i]);
+      } else if (i + 1 < sql.size() && sql[i + 1] == '"') {
+        name.push_back('"');
+        ++i;
+      } else {
+        return i + 1 == sql.size() && !name.empty() ? std::optional<std::string>(name)
+                                                    : std::nullopt;
+      }
+    }
+    return std::nullopt;
+  }
+  for (char c : sql) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '$' || static_cast<unsigned char>(c) >= 0x80;
+    if (!ok) return std::nullopt;
+    name.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c);
+  }
+  if (name == "all" || (name[0] >= '0' && name[0] <= '9') || name[0] == '$') return std::nullopt;
+  return name;
+}
+
+}  // namespace pgfleet::pool

@@ -46,6 +46,12 @@ class StatementRegistry {
   PreparedCounters counters_;
 };
 
+// The statement name of a simple-query `DEALLOCATE [PREPARE] name` (case-insensitive keywords,
+// an unquoted name folded to lower case as PostgreSQL does, or a "quoted" one kept exactly, an
+// optional trailing ';'); nullopt for anything else, including DEALLOCATE ALL. Drivers such as
+// psycopg 3 drop protocol-level statements this way.
+std::optional<std::string> ParseDeallocate(std::string_view sql);
+
 // The statements one server connection has prepared, least recently used first.
 class ServerStatementCache {
  public:

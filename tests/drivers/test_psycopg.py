@@ -105,15 +105,11 @@ def test_pipeline_mode(pg, pgfleet, items):
     print("psycopg pipeline:", stats)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "psycopg 3.1 drops the statements it rotates out of its cache with the SQL command "
-    "'DEALLOCATE _pg3_N' (a simple Query); pgfleet passes it through to a server that only knows "
-    "pgfleet_M, which answers 'prepared statement \"_pg3_N\" does not exist' (PgBouncer 1.21+ "
-    "behaves the same). pgfleet only translates DEALLOCATE ALL / DISCARD ALL."))
 def test_more_statements_than_prepared_max(pg, pgfleet):
     """psycopg keeps prepared_max statements (100 by default) and drops the oldest with the SQL
-    command DEALLOCATE <its name>: pgfleet must not let that reach a server that never had the
-    name."""
+    command DEALLOCATE <its name> (sent with the extended protocol): pgfleet must not let that
+    reach a server that never had the name, so it forgets the client's statement and answers
+    itself."""
     fleet = pgfleet(pool_size=2)
     since = pg.log_offset()
     marker = "drv_psycopg3_rotate"
