@@ -170,28 +170,26 @@ class Section {
     if (mode) out = *mode;
   }
 
-  void Auth(absl::string_view key, AuthType& out) {
+  // An enum spelled by name: `parse` maps the YAML text to a value, `expected` lists the names.
+  template <typename T, typename Parser>
+  void Enum(absl::string_view key, T& out, Parser parse, absl::string_view expected) {
     Entry* e = Take(key);
     if (e == nullptr) return;
-    std::optional<AuthType> type;
-    if (e->value.IsScalar()) type = ParseAuthType(e->value.Scalar());
-    if (type) {
-      out = *type;
+    std::optional<T> value;
+    if (e->value.IsScalar()) value = parse(e->value.Scalar());
+    if (value) {
+      out = *value;
     } else {
-      Bad(*e, "one of trust, md5, scram-sha-256");
+      Bad(*e, expected);
     }
   }
 
+  void Auth(absl::string_view key, AuthType& out) {
+    Enum(key, out, ParseAuthType, "one of trust, md5, scram-sha-256");
+  }
+
   void Ssl(absl::string_view key, SslMode& out) {
-    Entry* e = Take(key);
-    if (e == nullptr) return;
-    std::optional<SslMode> mode;
-    if (e->value.IsScalar()) mode = ParseSslMode(e->value.Scalar());
-    if (mode) {
-      out = *mode;
-    } else {
-      Bad(*e, "one of disable, allow, prefer, require, verify-ca, verify-full");
-    }
+    Enum(key, out, ParseSslMode, "one of disable, allow, prefer, require, verify-ca, verify-full");
   }
 
   // A YAML list of names, or PgBouncer's comma-separated string ("extra_float_digits, options").

@@ -60,9 +60,11 @@ std::vector<uint8_t> Decode(std::string_view text) {
 
 ScramSecret RfcSecret() { return MakeScramSecret("pencil", Decode(kRfcSalt), 4096); }
 
-// Runs a whole exchange; returns the first failure.
-absl::Status RunExchange(ScramClientExchange& client, ScramServerExchange& server) {
-  absl::StatusOr<std::string> server_first = server.HandleClientFirst(client.ClientFirst());
+// Runs a whole exchange (with -PLUS when `plus`); returns the first failure.
+absl::Status RunExchange(ScramClientExchange& client, ScramServerExchange& server,
+                         ScramClientBinding binding = {}, bool plus = false) {
+  absl::StatusOr<std::string> server_first =
+      server.HandleClientFirst(client.ClientFirst(std::move(binding)), plus);
   if (!server_first.ok()) return server_first.status();
   absl::StatusOr<std::string> client_final = client.HandleServerFirst(*server_first);
   if (!client_final.ok()) return client_final.status();
@@ -332,15 +334,7 @@ absl::Status RunPlusExchange(std::vector<uint8_t> client_sees, std::vector<uint8
   ScramClientBinding binding;
   binding.flag = ScramClientBinding::Flag::kTlsServerEndPoint;
   binding.data = std::move(client_sees);
-  const std::string client_first = client.ClientFirst(std::move(binding));
-  EXPECT_TRUE(absl::StartsWith(client_first, "p=tls-server-end-point,,n=,r=")) << client_first;
-  absl::StatusOr<std::string> server_first = server.HandleClientFirst(client_first, true);
-  if (!server_first.ok()) return server_first.status();
-  absl::StatusOr<std::string> client_final = client.HandleServerFirst(*server_first);
-  if (!client_final.ok()) return client_final.status();
-  absl::StatusOr<std::string> server_final = server.HandleClientFinal(*client_final);
-  if (!server_final.ok()) return server_final.status();
-  return client.VerifyServerFinal(*server_final);
+  return RunExchange(client, server, std::move(binding), /*plus=*/true);
 }
 
 TEST(ScramChannelBindingTest, PlusExchangeSucceedsWhenBothSeeTheSameCertificate) {
