@@ -549,6 +549,7 @@ bool ClientConn::AnswerDeallocate() {
   }
   statements_.erase(*name);
   in_.Consume(pos);
+  in_.ReleaseIfEmpty();
   // The client is idle (nothing linked, nothing in flight), so answering here keeps order.
   protocol::BuildReadyForQuery(answer, 'I');
   if (!Send(AsBytes(answer.bytes()))) Close("write failed");

@@ -10,6 +10,10 @@
 
 namespace pgfleet::pool {
 
+namespace {
+constexpr absl::Duration kMaxConnectBackoff = absl::Seconds(1);
+}  // namespace
+
 Pool::Pool(PoolRegistry* registry, config::DatabaseConfig db, std::string user)
     : registry_(registry),
       db_(std::move(db)),
@@ -350,10 +354,12 @@ void Pool::RemoveServer(ServerConn* server) {
   if (old_state == ServerState::kConnecting || old_state == ServerState::kLogin) {
     if (next_connect_allowed_ <= registry_->loop().now()) {
       ++consecutive_connect_failures_;
+      // A refused or timed-out connect costs PostgreSQL nothing, so retry at least every second:
+      // once it is back, clients must be served within 2 s, however long it was gone.
       next_connect_allowed_ =
           registry_->loop().now() +
-          std::min(absl::Milliseconds(50) * (1 << std::min(consecutive_connect_failures_, 8)),
-                   registry_->config().pool.server_login_retry);
+          std::min({absl::Milliseconds(50) * (1 << std::min(consecutive_connect_failures_, 8)),
+                    kMaxConnectBackoff, registry_->config().pool.server_login_retry});
     }
   }
   if (client != nullptr && !client->closed()) {
