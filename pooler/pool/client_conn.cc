@@ -565,6 +565,7 @@ bool ClientConn::RelayToServer() {
   size_t pos = 0;
   size_t sent_upto = 0;
   bool terminate = false;
+  bool copy_ended = false;
   auto flush = [&](size_t end) -> bool {
     if (end > sent_upto) {
       pool_->stats().received_bytes += end - sent_upto;
@@ -634,6 +635,7 @@ bool ClientConn::RelayToServer() {
         break;
       case 'c':
       case 'f':
+        copy_ended = in_copy_in_;
         in_copy_in_ = false;
         break;
       case 'X':
@@ -660,6 +662,12 @@ bool ClientConn::RelayToServer() {
     return false;
   }
   if (server->has_pending_output()) SetReadEnabled(false);
+  // PostgreSQL ends a failed COPY FROM STDIN itself (ErrorResponse, ReadyForQuery) and drops the
+  // rest of the stream: when its ReadyForQuery came first, the server waited for this CopyDone or
+  // CopyFail and nothing else will release it.
+  if (copy_ended && pool_->mode() != config::PoolMode::kSession && server->IsReleasable()) {
+    pool_->ReleaseServer(server);
+  }
   return true;
 }
 

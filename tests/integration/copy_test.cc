@@ -1,13 +1,23 @@
 // COPY FROM STDIN and COPY TO STDOUT of 100 MB streaming through pgfleet.
+#include <cstdint>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "tests/integration/harness/fixtures.h"
+#include "tests/integration/harness/raw_client.h"
 
 namespace pgfleet::testing {
 namespace {
 
 class CopyTest : public IntegrationTest {};
+
+// A frontend message: type, big-endian length, body.
+std::string Message(char type, const std::string& body) {
+  const uint32_t length = static_cast<uint32_t>(body.size() + 4);
+  std::string out(1, type);
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(length >> shift));
+  return out + body;
+}
 
 TEST_F(CopyTest, CopyInAndOutOf100Megabytes) {
   PgfleetProcess fleet(PoolConfig("transaction", 2));
@@ -76,6 +86,26 @@ TEST_F(CopyTest, FailedCopyInKeepsServerUntilClientEndsTheStream) {
   auto d = Connect(fleet.ConnString());
   EXPECT_EQ(Value(d, "SELECT 'clean'"), "clean");
   EXPECT_EQ(Value(c, "SELECT 'clean too'"), "clean too");
+}
+
+TEST_F(CopyTest, ServerThatEndedAFailedCopyInFirstIsFreedByTheClientsCopyDone) {
+  // One server; a client waiting for it gives up after 3 s.
+  PgfleetProcess fleet(PoolConfig("transaction", 1, "  query_wait_timeout: 3s\n"));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_TRUE(
+      ResultOk(Exec(c, "DROP TABLE IF EXISTS copy_small; CREATE TABLE copy_small (id int)")));
+  RawClient raw;
+  ASSERT_TRUE(raw.Connect(fleet.port(), "postgres", "postgres")) << raw.error();
+  // PostgreSQL fails the COPY at its first row and answers ErrorResponse and ReadyForQuery while
+  // the client is still in copy-in mode: the server stays with the client until its CopyDone.
+  ASSERT_TRUE(raw.Send(Message('Q', std::string("COPY copy_small FROM STDIN") + '\0') +
+                       Message('d', "not_a_number\n")));
+  EXPECT_EQ(Types(raw.ReadUntilReady(1)), "GEZ");
+  ASSERT_TRUE(raw.Send(Message('c', "")));
+  // The CopyDone frees it (there is nothing more to wait for from PostgreSQL, which drops it).
+  EXPECT_EQ(Value(c, "SELECT 'clean'"), "clean");
+  ASSERT_TRUE(raw.Send(Message('Q', std::string("SELECT 'clean too'") + '\0')));
+  EXPECT_EQ(Types(raw.ReadUntilReady(1)), "TDCZ");
 }
 
 }  // namespace
