@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test of pgfleet on a Debian 12 machine: installs what it needs (as root), builds with
-# warnings as errors, then runs unit tests, integration tests against a real PostgreSQL that the
-# harness starts itself, each libFuzzer target for a bounded time, the pgbench soak through pgfleet,
-# and the Helm/manifest checks.
+# g++ and warnings as errors (build-test: unit tests, then real drivers, the pgbench soak and the
+# Helm/manifest checks against that pgfleet), builds again with clang, ASan and UBSan (build-asan:
+# unit tests, and integration tests against a real PostgreSQL that the harness starts itself),
+# and runs each libFuzzer target of that build for a bounded time.
 #
 #   scripts/test.sh            # everything
 #   SKIP_INSTALL=1 scripts/test.sh
 #   FUZZ_SECONDS=60 scripts/test.sh   # longer fuzzing (default 20 s per target); SKIP_FUZZ=1 skips
+#   SKIP_SANITIZE=1 scripts/test.sh   # no sanitizer build: the integration tests run in build-test
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,14 +28,26 @@ PGFLEET_BIN="$PWD/$BUILD_DIR/cmd/pgfleet/pgfleet"
 export PGFLEET_BIN
 
 failed=0
-ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 || failed=1
+# The integration tests take minutes: they run once, against the sanitized pgfleet (below), unless
+# SKIP_SANITIZE=1. The drivers, the soak and the Helm checks run this build's pgfleet.
+if [[ "${SKIP_SANITIZE:-0}" == 1 ]]; then
+  ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 || failed=1
+else
+  ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 -E '^integration$' || failed=1
+fi
 
 # Real drivers (psycopg 3, asyncpg, psycopg2, pgjdbc) through pgfleet in transaction mode, with
 # server-side prepared statements. Debian's python3: the drivers and pytest are Debian packages.
 timeout -k 30 300 /usr/bin/python3 -m pytest -q tests/drivers || failed=1
 
-# libFuzzer targets (clang, ASan+UBSan) over their seed corpora; a crash fails the run.
-# FUZZ_SECONDS per target (6 targets); SKIP_FUZZ=1 skips them.
+# Everything again under ASan (with LeakSanitizer) and UBSan, clang, in build-asan: unit and
+# integration tests; any sanitizer report in a test, or in a pgfleet it started, fails it.
+if [[ "${SKIP_SANITIZE:-0}" != 1 ]]; then
+  scripts/test-sanitizers.sh || failed=1
+fi
+
+# libFuzzer targets (clang, ASan+UBSan, from build-asan) over their seed corpora; a crash fails
+# the run. FUZZ_SECONDS per target (6 targets); SKIP_FUZZ=1 skips them.
 if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} tests/fuzz/run.sh || failed=1
 fi

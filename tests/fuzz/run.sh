@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds pgfleet's libFuzzer targets with clang (ASan + UBSan, in a build directory of their own)
-# and runs each for a bounded time over its committed seed corpus (tests/fuzz/corpus/<target>/).
+# Builds pgfleet's libFuzzer targets with clang (ASan + UBSan) in the sanitizer build directory,
+# build-asan (scripts/test-sanitizers.sh configures it the same way and builds the whole suite
+# there), and runs each for a bounded time over its committed seed corpus (corpus/<target>/).
 # Exits non-zero when any target finds a crash, leak, timeout or sanitizer report; the input that
 # did it is kept under $FUZZ_BUILD_DIR/artifacts/ and the tail of the log is printed.
 #
@@ -14,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
-FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-asan}
 FUZZ_CXX=${FUZZ_CXX:-clang++}
 ALL_TARGETS=(startup_fuzz frontend_decoder_fuzz backend_decoder_fuzz config_fuzz scram_fuzz
   auth_files_fuzz)
@@ -25,8 +26,9 @@ if ! command -v "$FUZZ_CXX" >/dev/null; then
   exit 1
 fi
 
-cmake -S . -B "$FUZZ_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_COMPILER="$FUZZ_CXX" -DPGFLEET_FUZZ=ON -DPGFLEET_BUILD_TESTS=OFF >/dev/null
+# The same options as scripts/test-sanitizers.sh, so neither rebuilds what the other built.
+cmake -S . -B "$FUZZ_BUILD_DIR" -G Ninja -DCMAKE_CXX_COMPILER="$FUZZ_CXX" -DPGFLEET_SANITIZE=ON \
+  -DPGFLEET_FUZZ=ON -DPGFLEET_BUILD_TESTS=ON >/dev/null
 ninja -C "$FUZZ_BUILD_DIR" ${FUZZ_JOBS:+-j "$FUZZ_JOBS"} "${targets[@]}"
 
 mkdir -p "$FUZZ_BUILD_DIR/artifacts"

@@ -37,6 +37,17 @@ std::vector<pid_t> WorkerPids(pid_t supervisor) {
   return pids;
 }
 
+// The supervisor's port accepts before it has forked every worker (slower under the sanitizers):
+// the children of `supervisor` once there are `n` of them, or whatever there are after 5 s.
+std::vector<pid_t> WaitForWorkers(pid_t supervisor, size_t n) {
+  std::vector<pid_t> pids = WorkerPids(supervisor);
+  for (int i = 0; i < 100 && pids.size() < n; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    pids = WorkerPids(supervisor);
+  }
+  return pids;
+}
+
 class FleetTest : public IntegrationTest {
  protected:
   // Starts `n` sessions each running pg_sleep(30), cancels each through the shared port and
@@ -96,7 +107,7 @@ class FleetTest : public IntegrationTest {
 
 TEST_F(FleetTest, CancelsReachTheOwningWorkerWhicheverWorkerReceivesThem) {
   PgfleetProcess fleet(FleetConfig(4, "  default_pool_size: 240\n"));
-  ASSERT_EQ(WorkerPids(fleet.pid()).size(), 4u) << fleet.Log();
+  ASSERT_EQ(WaitForWorkers(fleet.pid(), 4).size(), 4u) << fleet.Log();
   EXPECT_EQ(CancelSleepingSessions(fleet, 200), 200) << fleet.Log().substr(0, 4000);
 }
 
@@ -111,7 +122,7 @@ TEST_F(FleetTest, WithoutForwardingMostCancelsLandOnTheWrongWorker) {
 
 TEST_F(FleetTest, KilledWorkerIsRestartedAndThePortKeepsServing) {
   PgfleetProcess fleet(FleetConfig(2, "  default_pool_size: 4\n"));
-  auto workers = WorkerPids(fleet.pid());
+  auto workers = WaitForWorkers(fleet.pid(), 2);
   ASSERT_EQ(workers.size(), 2u);
   kill(workers[0], SIGKILL);
   int ok = 0;

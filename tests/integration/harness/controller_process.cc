@@ -16,7 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "gtest/gtest.h"
 #include "tests/integration/harness/pg_server.h"
+#include "tests/integration/harness/sanitizer_report.h"
 
 namespace pgfleet::testing {
 
@@ -47,6 +49,10 @@ ControllerProcess::~ControllerProcess() {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     Kill();
+  }
+  if (const std::string report = SanitizerReport(Log()); !report.empty()) {
+    ADD_FAILURE() << "sanitizer report in the log of pgfleet-controller (" << dir_ << "):\n"
+                  << report;
   }
   RunCommand(absl::StrCat("rm -rf ", dir_));
 }

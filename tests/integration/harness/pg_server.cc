@@ -15,6 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "gtest/gtest.h"
+#include "tests/integration/harness/sanitizer_report.h"
 
 namespace pgfleet::testing {
 namespace {
@@ -58,6 +60,11 @@ std::string RunCommandOutput(const std::string& command) {
   size_t n;
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
   pclose(pipe);
+  // Such as `pgfleet --check-config ... 2>&1`: a report after the output a test looks for would
+  // not fail it otherwise.
+  if (const std::string report = SanitizerReport(out); !report.empty()) {
+    ADD_FAILURE() << "sanitizer report in the output of: " << command << "\n" << report;
+  }
   return out;
 }
 

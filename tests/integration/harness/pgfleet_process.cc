@@ -13,7 +13,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "tests/integration/harness/pg_server.h"
+#include "tests/integration/harness/sanitizer_report.h"
 
 namespace pgfleet::testing {
 
@@ -58,6 +60,9 @@ PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string
 
 PgfleetProcess::~PgfleetProcess() {
   Stop(5);
+  if (const std::string report = SanitizerReport(Log()); !report.empty()) {
+    ADD_FAILURE() << "sanitizer report in the log of pgfleet (" << dir_ << "):\n" << report;
+  }
   RunCommand(absl::StrCat("rm -rf ", dir_));
 }
 
