@@ -89,8 +89,9 @@ class Supervisor::SignalHandler final : public net::IoHandler {
   int fd_ = -1;
 };
 
-// Waits for a new worker's one-byte "ready" on its pipe (EOF = it died first).
-class Supervisor::ReadyWatcher final : public net::IoHandler {
+// Waits for a new worker's one-byte "ready" on its pipe (EOF = it died first). Deleted through
+// ForgetReadyWatcher, never mid-batch.
+class Supervisor::ReadyWatcher final : public net::IoHandler, public net::DeferredDeletable {
  public:
   ReadyWatcher(Supervisor* s, pid_t pid, int fd) : s_(s), pid_(pid), fd_(fd) {}
   ~ReadyWatcher() override {
@@ -102,7 +103,7 @@ class Supervisor::ReadyWatcher final : public net::IoHandler {
     ssize_t n = read(fd_, &byte, 1);
     pid_t pid = pid_;
     Supervisor* s = s_;
-    s->loop_.Post([s, pid] { s->ready_watchers_.erase(pid); });
+    s->loop_.Post([s, pid] { s->ForgetReadyWatcher(pid); });
     if (n == 1) s->OnWorkerReady(pid);
   }
 
@@ -310,6 +311,16 @@ pid_t Supervisor::Spawn(int slot) {
   return pid;
 }
 
+void Supervisor::ForgetReadyWatcher(pid_t pid) {
+  auto it = ready_watchers_.find(pid);
+  if (it == ready_watchers_.end()) return;
+  // The batch of events being handled may still hold one for its pipe: the worker closes the pipe
+  // right after its "ready" byte, so the EOF can sit next to the posted call that got us here (or
+  // next to the SIGCHLD). The loop deletes it after the batch.
+  loop_.DeferredDelete(std::move(it->second));
+  ready_watchers_.erase(it);
+}
+
 pid_t Supervisor::ActivePidForSlot(int slot) const {
   for (const auto& [pid, p] : processes_) {
     if (p.slot == slot && p.role == Role::kActive) return pid;
@@ -348,7 +359,7 @@ void Supervisor::OnChildExited(pid_t pid, int status) {
   if (it == processes_.end()) return;
   Process process = it->second;
   processes_.erase(it);
-  ready_watchers_.erase(pid);
+  ForgetReadyWatcher(pid);
   if (process.metrics_slot >= 0) {
     // Its counters stay with its worker slot; the region slot may serve another process now.
     exporter_->OnProcessExited(process.slot, static_cast<uint32_t>(process.metrics_slot));

@@ -64,6 +64,8 @@ class Supervisor {
   pid_t Spawn(int slot);
   uint32_t NextPeerId();
   void OnWorkerReady(pid_t pid);
+  // Unregisters and deletes pid's ReadyWatcher once the event loop's current batch is done.
+  void ForgetReadyWatcher(pid_t pid);
   void OnChildExited(pid_t pid, int status);
   void ReapChildren();
   void ScheduleRestart(int slot);
