@@ -6,7 +6,7 @@
 # did it is kept under $FUZZ_BUILD_DIR/artifacts/ and the tail of the log is printed.
 #
 #   tests/fuzz/run.sh                          # every target, 60 s each
-#   FUZZ_SECONDS=20 tests/fuzz/run.sh          # what scripts/test.sh runs
+#   FUZZ_SECONDS=15 tests/fuzz/run.sh          # what scripts/test.sh runs
 #   tests/fuzz/run.sh startup_fuzz config_fuzz # some targets
 #
 # New inputs the fuzzer finds go to $FUZZ_BUILD_DIR/work/<target>/, never into the repo; copy the
