@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -276,6 +277,7 @@ pid_t Supervisor::Spawn(int slot) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  const pid_t supervisor_pid = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(ready[0]);
@@ -284,6 +286,10 @@ pid_t Supervisor::Spawn(int slot) {
     return -1;
   }
   if (pid == 0) {
+    // A worker must not outlive its supervisor (killed or crashed), still serving the port with
+    // nobody to restart or stop it: SIGTERM then, which the worker takes as a graceful shutdown.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != supervisor_pid) _exit(0);
     for (int fd : listen_fds) ClearCloexec(fd);
     ClearCloexec(budget_fd_);
     ClearCloexec(ready[1]);

@@ -140,6 +140,30 @@ TEST_F(FleetTest, KilledWorkerIsRestartedAndThePortKeepsServing) {
   EXPECT_THAT(fleet.Log(), HasSubstr("event=worker_died"));
 }
 
+// Gone, or a zombie nobody reaps yet (a container's init may not): either way not serving.
+bool ProcessGone(pid_t pid) {
+  const std::string stat = RunCommandOutput(absl::StrCat("cat /proc/", pid, "/stat 2>/dev/null"));
+  const size_t paren = stat.rfind(')');
+  return stat.empty() || (paren != std::string::npos && stat.substr(paren + 2, 1) == "Z");
+}
+
+TEST_F(FleetTest, WorkersDoNotOutliveAKilledSupervisor) {
+  PgfleetProcess fleet(FleetConfig(2));
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 100 && workers.size() < 2; ++i) {
+    workers = WorkerPids(fleet.pid());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(workers.size(), 2u);
+  fleet.Signal(SIGKILL);
+  for (pid_t pid : workers) {
+    for (int i = 0; i < 200 && !ProcessGone(pid); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(ProcessGone(pid)) << "worker " << pid << " outlived its supervisor";
+  }
+}
+
 TEST_F(FleetTest, FleetRefusesMaxClientConnPlusOne) {
   PgfleetProcess fleet(FleetConfig(4, "  default_pool_size: 8\n  max_client_conn: 10\n"));
   std::vector<ConnPtr> held;
@@ -213,8 +237,7 @@ TEST_F(FleetTest, RollingRestartUnderPgbenchLosesNothing) {
     return true;
   };
   for (int i = 0; i < 200; ++i) {
-    if (fleet.Log().find("event=rolling_restart_done") != std::string::npos &&
-        old_workers_gone()) {
+    if (fleet.Log().find("event=rolling_restart_done") != std::string::npos && old_workers_gone()) {
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
