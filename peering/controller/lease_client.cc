@@ -63,6 +63,11 @@ class LeaseClient::Stream final
     return true;
   }
   void Cancel() { context_.TryCancel(); }
+  // The owner and its loop are going away: reactions still to come must not touch them.
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    detached_ = true;
+  }
   // Blocks until OnDone or `timeout`; true when done.
   bool WaitDone(absl::Duration timeout) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -89,9 +94,15 @@ class LeaseClient::Stream final
       }
       registration_->cv.notify_all();
     }
-    loop_.Post([owner = owner_, generation = generation_, message = in_] {
-      owner->OnMessage(generation, message);
-    });
+    {
+      // Under mu_, so the owner cannot finish its destructor between the check and the Post.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!detached_) {
+        loop_.Post([owner = owner_, generation = generation_, message = in_] {
+          owner->OnMessage(generation, message);
+        });
+      }
+    }
     StartRead(&in_);
   }
 
@@ -120,9 +131,14 @@ class LeaseClient::Stream final
 
   void OnDone(const grpc::Status& status) override {
     const std::string error = status.ok() ? "" : status.error_message();
-    loop_.Post([owner = owner_, generation = generation_, error] {
-      owner->OnStreamDone(generation, error);
-    });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!detached_) {
+        loop_.Post([owner = owner_, generation = generation_, error] {
+          owner->OnStreamDone(generation, error);
+        });
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(registration_->mu);
       registration_->failed_generation = std::max(registration_->failed_generation, generation_);
@@ -149,6 +165,7 @@ class LeaseClient::Stream final
   bool closed_ = false;  // the read side ended or a write failed: no new writes
   bool hold_released_ = false;
   bool done_ = false;
+  bool detached_ = false;
   std::shared_ptr<Stream> self_;
 };
 
@@ -165,9 +182,15 @@ LeaseClient::~LeaseClient() {
   leaving_ = true;
   if (tick_timer_ != 0) loop_.CancelTimer(tick_timer_);
   if (report_timer_ != 0) loop_.CancelTimer(report_timer_);
-  if (stream_) {
-    stream_->Cancel();
-    stream_->WaitDone(absl::Seconds(1));
+  if (stream_) retired_streams_.push_back(stream_);
+  for (const auto& weak : retired_streams_) {
+    std::shared_ptr<Stream> stream = weak.lock();
+    if (stream == nullptr) continue;
+    stream->Cancel();
+    // OnDone normally follows the cancel at once; a slow one (a loaded machine, sanitizers) must
+    // still not reach this object or its loop afterwards.
+    stream->WaitDone(absl::Seconds(5));
+    stream->Detach();
   }
 }
 
@@ -175,6 +198,10 @@ void LeaseClient::Connect() {
   ++generation_;
   welcomed_ = false;
   auto stream = std::make_shared<Stream>(loop_, this, generation_, registration_);
+  if (stream_) {
+    std::erase_if(retired_streams_, [](const auto& weak) { return weak.expired(); });
+    retired_streams_.push_back(stream_);
+  }
   stream_ = stream;
   v1::WorkerMessage hello = BuildHello();
   hello_sent_at_ = net::MonotonicNow();

@@ -109,6 +109,8 @@ class LeaseClient {
 
   // The stream in use; its generation tells its messages from a replaced stream's.
   std::shared_ptr<Stream> stream_;
+  // Earlier streams whose reactions may still be running; detached on destruction too.
+  std::vector<std::weak_ptr<Stream>> retired_streams_;
   uint64_t generation_ = 0;
   bool welcomed_ = false;  // the current stream got its Welcome
   absl::Time hello_sent_at_;
