@@ -20,7 +20,7 @@ fi
 
 # tests/fuzz/run.sh configures the same directory with the same options.
 cmake -S . -B "$SANITIZE_BUILD_DIR" -G Ninja -DCMAKE_CXX_COMPILER="$SANITIZE_CXX" \
-  -DPGFLEET_SANITIZE=ON -DPGFLEET_FUZZ=ON -DPGFLEET_BUILD_TESTS=ON >/dev/null
+  -DPGFLEET_SANITIZE=ON -DPGFLEET_FUZZ=ON -DPGFLEET_BUILD_TESTS=ON -DPGFLEET_WERROR=ON >/dev/null
 ninja -C "$SANITIZE_BUILD_DIR" ${SANITIZE_JOBS:+-j "$SANITIZE_JOBS"}
 
 # Reports go to stderr (the harness writes a pgfleet's to its log and looks there). Options given

@@ -28,7 +28,7 @@ fi
 
 # The same options as scripts/test-sanitizers.sh, so neither rebuilds what the other built.
 cmake -S . -B "$FUZZ_BUILD_DIR" -G Ninja -DCMAKE_CXX_COMPILER="$FUZZ_CXX" -DPGFLEET_SANITIZE=ON \
-  -DPGFLEET_FUZZ=ON -DPGFLEET_BUILD_TESTS=ON >/dev/null
+  -DPGFLEET_FUZZ=ON -DPGFLEET_BUILD_TESTS=ON -DPGFLEET_WERROR=ON >/dev/null
 ninja -C "$FUZZ_BUILD_DIR" ${FUZZ_JOBS:+-j "$FUZZ_JOBS"} "${targets[@]}"
 
 mkdir -p "$FUZZ_BUILD_DIR/artifacts"
