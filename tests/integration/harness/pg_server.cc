@@ -144,9 +144,10 @@ void PgServer::EnableTls(const std::string& cert_file, const std::string& key_fi
   RunCommand(absl::StrCat("cp ", cert_file, " ", data, "/server.crt && cp ", key_file, " ", data,
                           "/server.key && chmod 600 ", data, "/server.key"));
   if (geteuid() == 0) RunCommand(absl::StrCat("chown postgres: ", data, "/server.*"));
-  WriteFile(absl::StrCat(data, "/postgresql.conf"),
-            absl::StrCat(ReadFile(absl::StrCat(data, "/postgresql.conf")),
-                         "\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n"));
+  WriteFile(
+      absl::StrCat(data, "/postgresql.conf"),
+      absl::StrCat(ReadFile(absl::StrCat(data, "/postgresql.conf")),
+                   "\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n"));
   WriteFile(absl::StrCat(data, "/pg_hba.conf"),
             absl::StrCat("hostssl all tlsonly 127.0.0.1/32 scram-sha-256\n"
                          "host all tlsonly 127.0.0.1/32 reject\n",
@@ -161,8 +162,9 @@ void PgServer::EnableTls(const std::string& cert_file, const std::string& key_fi
     }
     usleep(50 * 1000);
   }
-  Exec("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tlsonly') THEN "
-       "CREATE ROLE tlsonly LOGIN PASSWORD 'tlspass'; END IF; END $$");
+  Exec(
+      "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tlsonly') THEN "
+      "CREATE ROLE tlsonly LOGIN PASSWORD 'tlspass'; END IF; END $$");
   tls_enabled_ = true;
 }
 

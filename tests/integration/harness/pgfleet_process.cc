@@ -48,8 +48,7 @@ PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string
   // Ready when the TCP port accepts (bounded wait).
   for (int i = 0; i < 200; ++i) {
     if (RunCommand(absl::StrCat("bash -c 'exec 3<>/dev/tcp/", address_, "/", port_,
-                                "' 2>/dev/null")) ==
-        0) {
+                                "' 2>/dev/null")) == 0) {
       return;
     }
     if (!Running()) break;

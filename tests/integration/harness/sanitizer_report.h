@@ -12,8 +12,8 @@ namespace pgfleet::testing {
 // The report (from the start of its first line, at most `max_chars`), or "" when there is none.
 inline std::string SanitizerReport(const std::string& log, size_t max_chars = 16000) {
   size_t first = std::string::npos;
-  for (const char* marker : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error: ",
-                             "SUMMARY: UndefinedBehaviorSanitizer"}) {
+  for (const char* marker : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                             "runtime error: ", "SUMMARY: UndefinedBehaviorSanitizer"}) {
     first = std::min(first, log.find(marker));
   }
   if (first == std::string::npos) return "";
