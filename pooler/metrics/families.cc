@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "pooler/metrics/names.h"
@@ -52,6 +53,23 @@ void AddHistogram(MetricFamily& f, Labels labels, const peering::v1::DurationHis
   m.histogram.sample_count = h.count();
   m.histogram.sample_sum = static_cast<double>(h.sum_us()) / 1e6;
   f.metric.push_back(std::move(m));
+}
+
+using LabelledCounts = std::vector<std::pair<const char*, uint64_t>>;
+
+// A counter family with a series per (label value, worker); `counts` reads one worker's values.
+MetricFamily CountersByLabel(const PodView& view, std::string_view name, std::string_view help,
+                             std::string_view label,
+                             LabelledCounts (*counts)(const peering::v1::WorkerStats&)) {
+  MetricFamily f = Family(name, help, MetricType::Counter);
+  for (const auto& [slot, s] : view.slots) {
+    const std::string worker = std::to_string(slot);
+    for (const auto& [value, n] : counts(s)) {
+      AddValue(f, {{std::string(label), value}, {std::string(names::kLabelWorker), worker}},
+               static_cast<double>(n));
+    }
+  }
+  return f;
 }
 
 Labels PoolLabels(const peering::v1::PoolStats& p, const std::string& worker) {
@@ -249,46 +267,30 @@ for (const auto& [slot, s] : view.slots) {
 }
 out.push_back(std::move(errors));
 
-auto rejected = Family(names::kClientsRejected,
-                       "Clients refused or dropped before they were logged in, by reason.",
-                       MetricType::Counter);
-for (const auto& [slot, s] : view.slots) {
-  const std::string worker = std::to_string(slot);
-  const std::pair<const char*, uint64_t> reasons[] = {
-      {"max_client_conn", s.clients_rejected()},
-      {"max_concurrent_logins", s.clients_rejected_max_concurrent_logins()},
-      {"hba", s.clients_rejected_hba()},
-      {"tls_required", s.clients_rejected_tls_required()},
-      {"tls_handshake", s.tls_handshake_failures()},
-      {"login_failed", s.login_failures()},
-      {"protocol_error", s.protocol_errors()},
-  };
-  for (const auto& [reason, n] : reasons) {
-    AddValue(rejected, {{std::string(names::kLabelReason), reason}, {kWorker, worker}},
-             static_cast<double>(n));
-  }
-}
-out.push_back(std::move(rejected));
-
-auto prepared = Family(names::kPreparedStatements,
-                       "Prepared statement cache events: a client prepared a statement, a "
-                       "server had it (hit), had to prepare it again (reprepare), or dropped "
-                       "one to stay under max_prepared_statements (eviction).",
-                       MetricType::Counter);
-for (const auto& [slot, s] : view.slots) {
-  const std::string worker = std::to_string(slot);
-  const std::pair<const char*, uint64_t> events[] = {
-      {"prepared", s.prepared_statements_prepared()},
-      {"hit", s.prepared_statements_hits()},
-      {"reprepare", s.prepared_statements_reprepares()},
-      {"eviction", s.prepared_statements_evictions()},
-  };
-  for (const auto& [event, n] : events) {
-    AddValue(prepared, {{std::string(names::kLabelEvent), event}, {kWorker, worker}},
-             static_cast<double>(n));
-  }
-}
-out.push_back(std::move(prepared));
+out.push_back(CountersByLabel(view, names::kClientsRejected,
+                              "Clients refused or dropped before they were logged in, by reason.",
+                              names::kLabelReason,
+                              [](const peering::v1::WorkerStats& s) -> LabelledCounts {
+                                return {{"max_client_conn", s.clients_rejected()},
+                                        {"max_concurrent_logins",
+                                         s.clients_rejected_max_concurrent_logins()},
+                                        {"hba", s.clients_rejected_hba()},
+                                        {"tls_required", s.clients_rejected_tls_required()},
+                                        {"tls_handshake", s.tls_handshake_failures()},
+                                        {"login_failed", s.login_failures()},
+                                        {"protocol_error", s.protocol_errors()}};
+                              }));
+out.push_back(CountersByLabel(
+    view, names::kPreparedStatements,
+    "Prepared statement cache events: a client prepared a statement, a server had it (hit), had "
+    "to prepare it again (reprepare), or dropped one to stay under max_prepared_statements "
+    "(eviction).",
+    names::kLabelEvent, [](const peering::v1::WorkerStats& s) -> LabelledCounts {
+      return {{"prepared", s.prepared_statements_prepared()},
+              {"hit", s.prepared_statements_hits()},
+              {"reprepare", s.prepared_statements_reprepares()},
+              {"eviction", s.prepared_statements_evictions()}};
+    }));
 return out;
 }
 

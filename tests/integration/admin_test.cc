@@ -16,7 +16,6 @@ namespace pgfleet::testing {
 namespace {
 
 using ::testing::HasSubstr;
-using Row = std::map<std::string, std::string>;
 
 std::string AdminConfig(int workers, int pool_size, const std::string& pool_extra = "") {
   return absl::StrCat("workers: ", workers, "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ",
@@ -28,15 +27,8 @@ std::string AdminConfig(int workers, int pool_size, const std::string& pool_extr
 // Every row of a query's result as column -> value; fails the test on an error.
 std::vector<Row> Rows(const ConnPtr& conn, const std::string& sql) {
   ResultPtr r = Exec(conn, sql);
-  std::vector<Row> rows;
   EXPECT_EQ(PQresultStatus(r.get()), PGRES_TUPLES_OK) << sql << ": " << PQerrorMessage(conn.get());
-  for (int i = 0; i < PQntuples(r.get()); ++i) {
-    Row row;
-    for (int j = 0; j < PQnfields(r.get()); ++j)
-      row[PQfname(r.get(), j)] = PQgetvalue(r.get(), i, j);
-    rows.push_back(std::move(row));
-  }
-  return rows;
+  return RowsOf(r);
 }
 
 int64_t Int(const Row& row, const std::string& column) {

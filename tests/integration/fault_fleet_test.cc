@@ -29,7 +29,6 @@ namespace {
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-using Row = std::map<std::string, std::string>;
 
 std::string FleetConfig(int workers, int pg_port, const std::string& top_extra = "") {
   return absl::StrCat("workers: ", workers,
@@ -50,16 +49,7 @@ std::vector<pid_t> WorkerPids(pid_t supervisor) {
 
 // Every row of a query's result as column -> value (empty on an error).
 std::vector<Row> Rows(const ConnPtr& conn, const std::string& sql) {
-  ResultPtr r = Exec(conn, sql);
-  std::vector<Row> rows;
-  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) return rows;
-  for (int i = 0; i < PQntuples(r.get()); ++i) {
-    Row row;
-    for (int j = 0; j < PQnfields(r.get()); ++j)
-      row[PQfname(r.get(), j)] = PQgetvalue(r.get(), i, j);
-    rows.push_back(std::move(row));
-  }
-  return rows;
+  return RowsOf(Exec(conn, sql));
 }
 
 int LocalPort(const ConnPtr& c) {

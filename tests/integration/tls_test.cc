@@ -237,11 +237,7 @@ TEST_F(ServerTlsTest, ShowClientsAndServersReportTls) {
   // The tls column of each row, as PgBouncer shows it.
   auto tls_column = [&](const std::string& command) {
     std::vector<std::string> values;
-    auto result = Exec(admin, command);
-    const int column = PQfnumber(result.get(), "tls");
-    for (int row = 0; column >= 0 && row < PQntuples(result.get()); ++row) {
-      values.push_back(PQgetvalue(result.get(), row, column));
-    }
+    for (const Row& row : RowsOf(Exec(admin, command))) values.push_back(row.at("tls"));
     return values;
   };
   // The TLS client, and the console itself over plain text; prefer toward a PostgreSQL with

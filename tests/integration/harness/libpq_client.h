@@ -3,8 +3,10 @@
 
 #include <libpq-fe.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace pgfleet::testing {
 
@@ -41,6 +43,21 @@ inline std::string Value(const ConnPtr& c, const std::string& sql) {
 inline std::string SqlState(const ResultPtr& r) {
   const char* s = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
   return s ? s : "";
+}
+
+// One row of a result as column -> value.
+using Row = std::map<std::string, std::string>;
+// Every row of `r` (none unless it is a tuples result).
+inline std::vector<Row> RowsOf(const ResultPtr& r) {
+  std::vector<Row> rows;
+  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) return rows;
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    Row row;
+    for (int j = 0; j < PQnfields(r.get()); ++j)
+      row[PQfname(r.get(), j)] = PQgetvalue(r.get(), i, j);
+    rows.push_back(std::move(row));
+  }
+  return rows;
 }
 
 }  // namespace pgfleet::testing
