@@ -191,6 +191,38 @@ TEST_F(PreparedTest, FailedParseReportsErrorAndServerStaysUsable) {
   EXPECT_EQ(std::string(PQgetvalue(r.get(), 0, 0)), "7");
 }
 
+TEST_F(PreparedTest, FailedHiddenReparseIsTheErrorOfTheMessageThatNeededIt) {
+  pg().Exec("DROP TABLE IF EXISTS reparse_t; CREATE TABLE reparse_t (v int)");
+  PgfleetProcess fleet(Config(2));
+  RawClient a;
+  ASSERT_TRUE(a.Connect(fleet.port(), "postgres", "postgres")) << a.error();
+  ASSERT_TRUE(a.Send(RawClient::Parse("s", "SELECT count(*) FROM reparse_t") + RawClient::Sync()));
+  EXPECT_EQ(Types(a.ReadUntilReady()), "1Z");
+  // b holds the one server that has "s" in a transaction, so a's Bind goes to a new server,
+  // where pgfleet must parse "s" first: by then the table is gone and that Parse fails.
+  auto b = Connect(fleet.ConnString());
+  ASSERT_TRUE(ResultOk(Exec(b, "BEGIN")));
+  pg().Exec("DROP TABLE reparse_t");
+  ASSERT_TRUE(a.Send(RawClient::Bind("s") + RawClient::Execute() + RawClient::Sync()));
+  auto failed = a.ReadUntilReady();
+  ASSERT_EQ(Types(failed), "EZ");
+  EXPECT_NE(failed[0].body.find("reparse_t"), std::string::npos) << failed[0].body;
+  EXPECT_EQ(pg().QueryValue("SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
+                            "'client backend' AND pid <> pg_backend_pid() AND backend_start >= '" +
+                            test_start_ + "'"),
+            "2");
+  // The new server stays usable, and the statement whose Parse failed is not taken as present
+  // there: once the table is back, the next Bind on it gets the statement parsed again.
+  ASSERT_TRUE(a.Send(RawClient::Parse("", "SELECT 5") + RawClient::Bind("") +
+                     RawClient::Execute() + RawClient::Sync()));
+  EXPECT_EQ(Types(a.ReadUntilReady()), "12DCZ");
+  pg().Exec("CREATE TABLE reparse_t (v int)");
+  ASSERT_TRUE(a.Send(RawClient::Bind("s") + RawClient::Execute() + RawClient::Sync()));
+  EXPECT_EQ(Types(a.ReadUntilReady()), "2DCZ");
+  ASSERT_TRUE(ResultOk(Exec(b, "COMMIT")));
+  pg().Exec("DROP TABLE reparse_t");
+}
+
 TEST_F(PreparedTest, PgbenchPreparedModeRunsWithoutErrors) {
   static bool initialised = false;
   if (!initialised) {
