@@ -213,8 +213,8 @@ TEST_F(PreparedTest, FailedHiddenReparseIsTheErrorOfTheMessageThatNeededIt) {
             "2");
   // The new server stays usable, and the statement whose Parse failed is not taken as present
   // there: once the table is back, the next Bind on it gets the statement parsed again.
-  ASSERT_TRUE(a.Send(RawClient::Parse("", "SELECT 5") + RawClient::Bind("") +
-                     RawClient::Execute() + RawClient::Sync()));
+  ASSERT_TRUE(a.Send(RawClient::Parse("", "SELECT 5") + RawClient::Bind("") + RawClient::Execute() +
+                     RawClient::Sync()));
   EXPECT_EQ(Types(a.ReadUntilReady()), "12DCZ");
   pg().Exec("CREATE TABLE reparse_t (v int)");
   ASSERT_TRUE(a.Send(RawClient::Bind("s") + RawClient::Execute() + RawClient::Sync()));
