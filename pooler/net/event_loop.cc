@@ -98,6 +98,18 @@ void EventLoop::DeferredDelete(std::unique_ptr<DeferredDeletable> object) {
   to_delete_.push_back(std::move(object));
 }
 
+void EventLoop::RunAfterBatch(std::function<void()> fn) { after_batch_.push_back(std::move(fn)); }
+
+void EventLoop::RunAfterBatchWork() {
+  // Work may queue more work (a served client releases a server at once): run until none is left.
+  std::vector<std::function<void()>> batch;
+  while (!after_batch_.empty()) {
+    batch.swap(after_batch_);
+    for (auto& fn : batch) fn();
+    batch.clear();
+  }
+}
+
 void EventLoop::Stop() {
   stopping_ = true;
   uint64_t one = 1;
@@ -156,7 +168,11 @@ absl::Status EventLoop::Run() {
       // still valid; handlers ignore events after they closed themselves.
       handler->OnIoEvent(events[i].events);
     }
+    // Before the timers too, so that housekeeping does not see clients waiting for a server
+    // that this batch has already freed.
+    RunAfterBatchWork();
     RunDueTimers();
+    RunAfterBatchWork();
     to_delete_.clear();
   }
   RunPosted();

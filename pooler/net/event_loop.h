@@ -60,6 +60,9 @@ class EventLoop {
 
   // Deletes `object` after the current event batch.
   void DeferredDelete(std::unique_ptr<DeferredDeletable> object);
+  // Runs `fn` on the loop thread once the current event batch is done, before the timers and the
+  // next epoll_wait. Work queued here sees every event of the batch first.
+  void RunAfterBatch(std::function<void()> fn);
 
   // Runs until Stop(). Returns an error only if epoll itself fails.
   absl::Status Run();
@@ -91,7 +94,10 @@ class EventLoop {
   TimerId next_timer_id_ = 1;
   std::multimap<absl::Time, TimerId> timer_queue_;
   std::map<TimerId, Timer> timers_;
+  void RunAfterBatchWork();
+
   std::vector<std::unique_ptr<DeferredDeletable>> to_delete_;
+  std::vector<std::function<void()>> after_batch_;
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;
 };

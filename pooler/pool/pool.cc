@@ -200,6 +200,15 @@ void Pool::ServeWaiting() {
   }
 }
 
+void Pool::ScheduleServeWaiting() {
+  if (serve_scheduled_) return;
+  serve_scheduled_ = true;
+  registry_->loop().RunAfterBatch([this] {
+    serve_scheduled_ = false;
+    ServeWaiting();
+  });
+}
+
 bool Pool::CanLaunch(bool use_reserve) const {
   if (paused_) return false;
   if (registry_->loop().now() < next_connect_allowed_) return false;
@@ -306,7 +315,11 @@ void Pool::ReleaseServer(ServerConn* server) {
   } else {
     MoveServer(server, ServerState::kIdle);
   }
-  ServeWaiting();
+  // Waiting clients get servers after the batch, as PgBouncer's per-loop activation does: the
+  // answers this batch relays reach their clients back to back (one wakeup of a client process
+  // such as pgbench for several of them), then the next queries go out together. A client
+  // that asks for a server meanwhile queues behind the waiting ones, so arrival order holds.
+  ScheduleServeWaiting();
   if (client != nullptr && !client->closed()) client->OnServerReleased();
 }
 

@@ -122,6 +122,8 @@ class Pool {
  private:
   void Link(ClientConn* client, ServerConn* server);
   void ServeWaiting();
+  // ServeWaiting once the current event batch is done (see ReleaseServer).
+  void ScheduleServeWaiting();
   // Opens a server if limits allow; `extra` allows the reserve pool.
   bool LaunchServer(bool use_reserve);
   bool CanLaunch(bool use_reserve) const;
@@ -158,6 +160,7 @@ class Pool {
   absl::Time next_connect_allowed_ = absl::InfinitePast();
   int consecutive_connect_failures_ = 0;
   bool paused_ = false;
+  bool serve_scheduled_ = false;
 };
 
 }  // namespace pgfleet::pool

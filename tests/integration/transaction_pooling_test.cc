@@ -11,6 +11,7 @@ namespace pgfleet::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class PoolingTest : public IntegrationTest {};
 
@@ -180,6 +181,35 @@ TEST_F(PoolingTest, ReloadAppliesNewPoolSize) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(max_seen.load(), 3);
   EXPECT_THAT(fleet.Log(), HasSubstr("event=reloaded"));
+}
+
+// PgBouncer's log_connections / log_disconnections: one line per login and one per disconnect,
+// with its reason, or none of either.
+TEST_F(PoolingTest, ConnectionLogLinesFollowTheLogSettings) {
+  for (bool logged : {true, false}) {
+    SCOPED_TRACE(logged ? "logged" : "quiet");
+    const std::string flag = logged ? "true" : "false";
+    PgfleetProcess fleet(PoolConfig(
+        "transaction", 1, "",
+        absl::StrCat("log: {log_connections: ", flag, ", log_disconnections: ", flag, "}\n")));
+    {
+      auto first = Connect(fleet.ConnString());
+      EXPECT_EQ(Value(first, "SELECT 1"), "1");
+    }
+    // The one worker answers this client only after it has read the first one's Terminate.
+    auto second = Connect(fleet.ConnString());
+    EXPECT_EQ(Value(second, "SELECT 2"), "2");
+    const std::string log = fleet.Log();
+    EXPECT_THAT(log, HasSubstr("event=worker_ready"));
+    if (logged) {
+      EXPECT_THAT(log, HasSubstr("event=client_login"));
+      EXPECT_THAT(log, HasSubstr("event=client_disconnect"));
+      EXPECT_THAT(log, HasSubstr("reason=\"client close request\""));
+    } else {
+      EXPECT_THAT(log, Not(HasSubstr("client_login")));
+      EXPECT_THAT(log, Not(HasSubstr("client_disconnect")));
+    }
+  }
 }
 
 }  // namespace
