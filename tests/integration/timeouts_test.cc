@@ -1,5 +1,6 @@
 // Timeouts and pool sizing knobs: query_wait_timeout, query_timeout, idle_transaction_timeout,
-// client_idle_timeout, min_pool_size, reserve pool, unix socket listener.
+// client_idle_timeout, min_pool_size, reserve pool, server_lifetime, server_check_query/delay,
+// unix socket listener.
 #include <chrono>
 #include <thread>
 
@@ -99,6 +100,47 @@ TEST_F(TimeoutsTest, UnixSocketListenerServesClients) {
       Connect(absl::StrCat("host=", dir, " port=", fleet.port(), " user=postgres dbname=postgres"));
   ASSERT_TRUE(Ok(c)) << ErrorOf(c) << fleet.Log();
   EXPECT_EQ(Value(c, "SELECT 'over unix'"), "over unix");
+}
+
+TEST_F(TimeoutsTest, ServerLifetimeRetiresServersBetweenTransactionsOnly) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1, "  server_lifetime: 1s\n"));
+  auto c = Connect(fleet.ConnString());
+  const std::string first = Value(c, "SELECT pg_backend_pid()");
+  // A transaction that outlives server_lifetime keeps its server to the end.
+  ASSERT_TRUE(ResultOk(Exec(c, "BEGIN")));
+  EXPECT_EQ(Value(c, "SELECT pg_backend_pid() FROM pg_sleep(1.5)"), first);
+  ASSERT_TRUE(ResultOk(Exec(c, "COMMIT")));
+  // Released, the old server is not used again: the next transaction gets a new one.
+  const std::string second = Value(c, "SELECT pg_backend_pid()");
+  EXPECT_NE(second, first);
+  // pgfleet closed the old one (its backend exits a moment after the Terminate).
+  std::string old_backends;
+  for (int i = 0; i < 40; ++i) {
+    old_backends = pg().QueryValue("SELECT count(*) FROM pg_stat_activity WHERE pid = " + first);
+    if (old_backends == "0") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(old_backends, "0");
+}
+
+// The check query bumps a session counter on the server, so the test sees each check run.
+TEST_F(TimeoutsTest, ServerCheckQueryRunsOnlyOnServersIdleLongerThanTheCheckDelay) {
+  PgfleetProcess fleet(
+      PoolConfig("transaction", 1,
+                 "  server_check_delay: 500ms\n"
+                 "  server_check_query: \"SELECT set_config('pgfleet.checks', (coalesce(nullif("
+                 "current_setting('pgfleet.checks', true), ''), '0')::int + 1)::text, false)\"\n"));
+  auto c = Connect(fleet.ConnString());
+  const std::string kChecks =
+      "SELECT coalesce(nullif(current_setting('pgfleet.checks', true), ''), '0')";
+  const std::string before = Value(c, kChecks);
+  // Used again at once: no check.
+  EXPECT_EQ(Value(c, kChecks), before);
+  EXPECT_EQ(Value(c, kChecks), before);
+  // Idle for longer than server_check_delay: checked once before the client gets it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  EXPECT_EQ(Value(c, kChecks), std::to_string(std::stoi(before) + 1));
+  EXPECT_EQ(Value(c, kChecks), std::to_string(std::stoi(before) + 1));
 }
 
 }  // namespace
