@@ -446,6 +446,13 @@ void Supervisor::BeginShutdown(int signo) {
   shutting_down_ = true;
   rolling_queue_.clear();
   ForwardSignal(signo);
+  // No worker will be started again, so the listening sockets close once the draining workers
+  // drop their copies: new clients get a refusal they can retry elsewhere (Kubernetes has
+  // stopped routing to this pod by now) rather than hanging in a backlog until the drain ends.
+  for (int fd : tcp_fds_) close(fd);
+  tcp_fds_.clear();
+  if (unix_fd_ >= 0) close(unix_fd_);
+  unix_fd_ = -1;
   if (processes_.empty()) loop_.Stop();
 }
 

@@ -225,9 +225,12 @@ void Worker::BeginShutdown() {
   shutting_down_ = true;
   OnShutdownStarted();
   shutdown_deadline_ = loop_.now() + config_->pool.shutdown_timeout;
-  // Stop accepting but keep the sockets open when a supervisor owns them.
-  const bool own_sockets = options_.inherited_listen_fds.empty();
-  for (auto& listener : listeners_) listener->Stop(own_sockets);
+  // Stop accepting and close this process's copies of the listening sockets. Under a supervisor
+  // that only drops a reference: in a rolling restart the supervisor and the replacement still
+  // hold the slot's socket, so its backlog goes to the replacement; in a full shutdown the
+  // supervisor has closed its copies too, the socket closes, and new clients are refused at once
+  // instead of waiting in a backlog that nobody will accept from.
+  for (auto& listener : listeners_) listener->Stop(/*close_socket=*/true);
   CheckShutdown();
   loop_.RunEvery(absl::Milliseconds(50), [this] { CheckShutdown(); });
 }

@@ -140,6 +140,54 @@ TEST_F(FleetTest, KilledWorkerIsRestartedAndThePortKeepsServing) {
   EXPECT_THAT(fleet.Log(), HasSubstr("event=worker_died"));
 }
 
+// SIGTERM: new clients are refused at once, open transactions finish, then the fleet exits.
+TEST_F(FleetTest, SigtermRefusesNewClientsAndLetsOpenTransactionsFinish) {
+  PgfleetProcess fleet(FleetConfig(2, "  shutdown_timeout: 20s\n"));
+  ASSERT_EQ(WaitForWorkers(fleet.pid(), 2).size(), 2u);
+  auto in_transaction = Connect(fleet.ConnString());
+  ASSERT_TRUE(ResultOk(Exec(in_transaction, "BEGIN")));
+  ASSERT_TRUE(ResultOk(Exec(in_transaction, "CREATE TEMP TABLE drained (v int)")));
+  fleet.Signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+
+  // Not left waiting in a backlog until the drain ends: refused, within the second.
+  const auto start = Clock::now();
+  auto late = Connect(fleet.ConnString("postgres", "postgres", "connect_timeout=5"));
+  EXPECT_FALSE(Ok(late));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(1)) << ErrorOf(late);
+  EXPECT_THAT(ErrorOf(late), HasSubstr("refused"));
+
+  // The open transaction goes on to its end.
+  ASSERT_TRUE(ResultOk(Exec(in_transaction, "INSERT INTO drained VALUES (1)")));
+  EXPECT_EQ(Value(in_transaction, "SELECT count(*) FROM drained"), "1");
+  ASSERT_TRUE(ResultOk(Exec(in_transaction, "COMMIT")));
+  // Then its client is closed between transactions and the fleet exits, long before the timeout.
+  bool exited = false;
+  for (int i = 0; i < 100 && !exited; ++i) {
+    exited = !fleet.Running();
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(exited) << fleet.Log();
+  EXPECT_FALSE(ResultOk(Exec(in_transaction, "SELECT 1")));
+}
+
+TEST_F(FleetTest, SigtermClosesTransactionsStillOpenAtTheShutdownTimeout) {
+  PgfleetProcess fleet(FleetConfig(2, "  shutdown_timeout: 1s\n"));
+  auto in_transaction = Connect(fleet.ConnString());
+  ASSERT_TRUE(ResultOk(Exec(in_transaction, "BEGIN")));
+  const auto start = Clock::now();
+  fleet.Signal(SIGTERM);
+  bool exited = false;
+  for (int i = 0; i < 200 && !exited; ++i) {
+    exited = !fleet.Running();
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(exited) << fleet.Log();
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(900));
+  EXPECT_FALSE(ResultOk(Exec(in_transaction, "SELECT 1")));
+  EXPECT_THAT(fleet.Log(), HasSubstr("forced=true"));
+}
+
 // Gone, or a zombie nobody reaps yet (a container's init may not): either way not serving.
 bool ProcessGone(pid_t pid) {
   const std::string stat = RunCommandOutput(absl::StrCat("cat /proc/", pid, "/stat 2>/dev/null"));
