@@ -96,24 +96,33 @@ int PoolRegistry::UserServerCount(const std::string& user) const {
 }
 
 bool PoolRegistry::ServerBudgetAllows(const Pool* pool) const {
+  return DatabaseBudgetAllows(pool) && UserBudgetAllows(pool);
+}
+
+bool PoolRegistry::DatabaseBudgetAllows(const Pool* pool) const {
   // 0 = unlimited; config::kNoConnections (negative) = this worker's share is zero.
   int db_limit = pool->db().max_db_connections;
   if (db_caps_enabled_ && db_limit != 0) {
     auto cap = db_caps_.find(pool->db().name);
     db_limit = cap == db_caps_.end() || cap->second == 0 ? config::kNoConnections : cap->second;
   }
-  if (db_limit < 0 || (db_limit > 0 && DatabaseServerCount(pool->db().name) >= db_limit)) {
-    return false;
-  }
+  return !(db_limit < 0 || (db_limit > 0 && DatabaseServerCount(pool->db().name) >= db_limit));
+}
+
+bool PoolRegistry::UserBudgetAllows(const Pool* pool) const {
   const int user_limit = config_->EffectiveMaxUserConnections(pool->server_user());
   return !(user_limit < 0 ||
            (user_limit > 0 && UserServerCount(pool->server_user()) >= user_limit));
 }
 
 bool PoolRegistry::EvictIdleServerFor(const Pool* pool) {
+  const bool database_full = !DatabaseBudgetAllows(pool);
+  const bool user_full = !UserBudgetAllows(pool);
   for (auto& [key, other] : pools_) {
-    if (other.get() == pool || other->db().name != pool->db().name) continue;
-    if (other->waiting_count() > 0) continue;
+    if (other.get() == pool || other->waiting_count() > 0) continue;
+    // Closing one of `other`'s servers frees room only in the budgets the two pools share.
+    if (database_full && other->db().name != pool->db().name) continue;
+    if (user_full && other->server_user() != pool->server_user()) continue;
     if (other->EvictOneIdleServer()) return true;
   }
   return false;

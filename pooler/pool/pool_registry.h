@@ -84,6 +84,8 @@ class PoolRegistry final : public CancelTarget {
   int UserServerCount(const std::string& user) const;
   // True when `pool` may open one more server under its database's and user's budgets.
   bool ServerBudgetAllows(const Pool* pool) const;
+  bool DatabaseBudgetAllows(const Pool* pool) const;
+  bool UserBudgetAllows(const Pool* pool) const;
   void CountServer(const Pool* pool, int delta);
   // Caps on server connections per database granted by the budget controller (DESIGN.md
   // "Connection budget"); until EnableDatabaseCaps() the static max_db_connections share applies.
@@ -94,8 +96,9 @@ class PoolRegistry final : public CancelTarget {
   // Brings `db` toward its cap: closes idle servers over it and marks busy ones to close on
   // release (with `force`, closes busy ones too). Returns how many servers were closed now.
   int EnforceDatabaseCap(const std::string& db, bool force);
-  // Frees room for `pool` under max_db_connections by closing an idle server of another pool of
-  // the same database. True when one was closed.
+  // Frees room for `pool` under max_db_connections / max_user_connections by closing an idle
+  // server of another pool that shares the full budget (same database, same user, or both when
+  // both are full). True when one was closed.
   bool EvictIdleServerFor(const Pool* pool);
 
   // Runs auth_query for `client` on a dedicated connection as auth.user.

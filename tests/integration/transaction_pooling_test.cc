@@ -148,6 +148,30 @@ TEST_F(PoolingTest, MaxDbConnectionsCapsServersAcrossUsers) {
   EXPECT_EQ(ok.load(), 8);
 }
 
+TEST_F(PoolingTest, MaxUserConnectionsCapsServersAcrossDatabases) {
+  // Two database entries for one PostgreSQL database: two pools of the same user.
+  PgfleetProcess fleet(absl::StrCat(
+      "databases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+      "}\n  alias: {host: 127.0.0.1, port: ", pg().port(), ", dbname: postgres}\n",
+      "pool: {pool_mode: transaction, default_pool_size: 5, max_user_connections: 2}\n"));
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = Connect(fleet.ConnString("postgres", i % 2 ? "postgres" : "alias"));
+      if (Ok(c) && ResultOk(Exec(c, "SELECT pg_sleep(0.3), 'user_cap'"))) ++ok;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  int total = std::stoi(pg().QueryValue(
+      "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(0.3), ''user_cap''%'"
+      " AND pid <> pg_backend_pid()"));
+  for (auto& t : threads) t.join();
+  EXPECT_GE(total, 1);
+  EXPECT_LE(total, 2);
+  EXPECT_EQ(ok.load(), 8);
+}
+
 TEST_F(PoolingTest, ParametersAreReappliedWhenServerChanges) {
   PgfleetProcess fleet(PoolConfig("transaction", 1));
   auto tokyo = Connect(fleet.ConnString("postgres", "postgres", "application_name=tokyo_app"));
