@@ -7,8 +7,8 @@
 #
 #   scripts/test.sh            # everything
 #   SKIP_INSTALL=1 scripts/test.sh
-#   FUZZ_SECONDS=60 scripts/test.sh   # longer fuzzing (default 15 s per target); SKIP_FUZZ=1 skips
-#   SOAK_DURATION=30 scripts/test.sh  # longer soak runs (default 20 s each)
+#   FUZZ_SECONDS=60 scripts/test.sh   # longer fuzzing (default 10 s per target); SKIP_FUZZ=1 skips
+#   SOAK_DURATION=30 scripts/test.sh  # longer soak runs (default 15 s each)
 #   SKIP_SANITIZE=1 scripts/test.sh   # no sanitizer build: the integration tests run in build-test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,11 +50,11 @@ fi
 # libFuzzer targets (clang, ASan+UBSan, from build-asan) over their seed corpora; a crash fails
 # the run. FUZZ_SECONDS per target (6 targets); SKIP_FUZZ=1 skips them.
 if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
-  FUZZ_SECONDS=${FUZZ_SECONDS:-15} tests/fuzz/run.sh || failed=1
+  FUZZ_SECONDS=${FUZZ_SECONDS:-10} tests/fuzz/run.sh || failed=1
 fi
 
 if [[ -x bench/soak.sh ]]; then
-  DURATION=${SOAK_DURATION:-20} bench/soak.sh || failed=1
+  DURATION=${SOAK_DURATION:-15} bench/soak.sh || failed=1
 fi
 if [[ -x tests/helm/run.sh ]]; then
   tests/helm/run.sh || failed=1
