@@ -102,11 +102,11 @@ void EventLoop::RunAfterBatch(std::function<void()> fn) { after_batch_.push_back
 
 void EventLoop::RunAfterBatchWork() {
   // Work may queue more work (a served client releases a server at once): run until none is left.
-  std::vector<std::function<void()>> batch;
+  // Both vectors are members, so their capacity stays and a batch allocates nothing.
   while (!after_batch_.empty()) {
-    batch.swap(after_batch_);
-    for (auto& fn : batch) fn();
-    batch.clear();
+    after_batch_running_.swap(after_batch_);
+    for (auto& fn : after_batch_running_) fn();
+    after_batch_running_.clear();
   }
 }
 

@@ -83,6 +83,7 @@ class EventLoop {
 
   void RunDueTimers();
   void RunPosted();
+  void RunAfterBatchWork();
   int NextTimeoutMs() const;
 
   int epoll_fd_ = -1;
@@ -94,10 +95,9 @@ class EventLoop {
   TimerId next_timer_id_ = 1;
   std::multimap<absl::Time, TimerId> timer_queue_;
   std::map<TimerId, Timer> timers_;
-  void RunAfterBatchWork();
-
   std::vector<std::unique_ptr<DeferredDeletable>> to_delete_;
   std::vector<std::function<void()>> after_batch_;
+  std::vector<std::function<void()>> after_batch_running_;
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;
 };

@@ -121,11 +121,15 @@ Supervisor::~Supervisor() {
   ReleaseRuntimeFiles();
 }
 
-void Supervisor::ReleaseRuntimeFiles() {
+void Supervisor::CloseListeners() {
   for (int fd : tcp_fds_) close(fd);
   tcp_fds_.clear();
   if (unix_fd_ >= 0) close(unix_fd_);
   unix_fd_ = -1;
+}
+
+void Supervisor::ReleaseRuntimeFiles() {
+  CloseListeners();
   if (budget_fd_ >= 0) close(budget_fd_);
   budget_fd_ = -1;
   if (!runtime_dir_.empty()) {
@@ -449,10 +453,7 @@ void Supervisor::BeginShutdown(int signo) {
   // No worker will be started again, so the listening sockets close once the draining workers
   // drop their copies: new clients get a refusal they can retry elsewhere (Kubernetes has
   // stopped routing to this pod by now) rather than hanging in a backlog until the drain ends.
-  for (int fd : tcp_fds_) close(fd);
-  tcp_fds_.clear();
-  if (unix_fd_ >= 0) close(unix_fd_);
-  unix_fd_ = -1;
+  CloseListeners();
   if (processes_.empty()) loop_.Stop();
 }
 

@@ -45,6 +45,8 @@ class Supervisor {
 
   // Closes the listening sockets and removes the runtime directory (also done by the destructor).
   void ReleaseRuntimeFiles();
+  // Closes the client listening sockets (shutdown, and with the runtime files at exit).
+  void CloseListeners();
 
  private:
   enum class Role { kStarting, kActive, kDraining };
