@@ -3,6 +3,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "peering/grpc_callback_threads.h"
 #include "pooler/base/log.h"
 #include "pooler/protocol/cancel_key.h"
 
@@ -15,7 +16,9 @@ GrpcCancelForwarder::GrpcCancelForwarder(const PeerDirectory& directory, uint32_
       own_peer_id_(own_peer_id),
       deadline_(deadline),
       fleet_(fleet),
-      credentials_(credentials) {}
+      credentials_(credentials) {
+  PinGrpcCallbackThreads();
+}
 
 bool GrpcCancelForwarder::ForwardCancel(const protocol::CancelKey& key) {
   const uint32_t owner = protocol::PeerIdOfCancelPid(key.pid);

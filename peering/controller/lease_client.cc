@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "peering/grpc_callback_threads.h"
 #include "pooler/base/log.h"
 #include "pooler/protocol/cancel_key.h"
 
@@ -176,7 +177,9 @@ LeaseClient::LeaseClient(net::EventLoop& loop, const ControllerOptions& options,
       credentials_(credentials),
       identity_(std::move(identity)),
       stub_(v1::Controller::NewStub(credentials.CreateTcpChannel(options.address))),
-      report_interval_(options.renew_interval) {}
+      report_interval_(options.renew_interval) {
+  PinGrpcCallbackThreads();
+}
 
 LeaseClient::~LeaseClient() {
   leaving_ = true;

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "peering/grpc_callback_threads.h"
 
 namespace pgfleet::admin {
 namespace {
@@ -38,7 +39,9 @@ PodFanout::PodFanout(net::EventLoop& loop, const peering::PeerDirectory* peers,
       own_peer_id_(own_peer_id),
       local_(std::move(local)),
       shared_(std::make_shared<Shared>()),
-      alive_(std::make_shared<bool>(true)) {}
+      alive_(std::make_shared<bool>(true)) {
+  peering::PinGrpcCallbackThreads();
+}
 
 PodFanout::~PodFanout() {
   alive_.reset();
