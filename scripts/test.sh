@@ -26,8 +26,10 @@ fi
 # Helm checks run. With SKIP_SANITIZE=1 the tests build and run here instead.
 BUILD_DIR=${BUILD_DIR:-build-test}
 if [[ "${SKIP_SANITIZE:-0}" == 1 ]]; then build_tests=ON; else build_tests=OFF; fi
+# Line tables only (-g1): backtraces keep file and line, and the build takes about a tenth less CPU
+# than with full debug information.
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPGFLEET_WERROR=ON \
-  -DPGFLEET_BUILD_TESTS="$build_tests"
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DPGFLEET_BUILD_TESTS="$build_tests"
 ninja -C "$BUILD_DIR"
 PGFLEET_BIN="$PWD/$BUILD_DIR/cmd/pgfleet/pgfleet"
 export PGFLEET_BIN
