@@ -32,10 +32,20 @@ PREPARED_FAILURES = re.compile(
 )
 
 
+_ports_handed_out = set()
+
+
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now that no earlier call returned: the kernel may give a port it handed out
+    a moment ago to the next bind to port 0, and two listeners of one test must differ."""
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _ports_handed_out:
+            _ports_handed_out.add(port)
+            return port
+    raise RuntimeError("free_port: no port that this test run has not used yet")
 
 
 def port_open(port):

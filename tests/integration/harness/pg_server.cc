@@ -13,8 +13,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness/sanitizer_report.h"
 
@@ -69,17 +71,28 @@ std::string RunCommandOutput(const std::string& command) {
 }
 
 int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
+  // The kernel may give a port it handed out a moment ago (and that was closed since) to the
+  // next bind to port 0. Two ports of one test must differ: pgfleet binds its client port and
+  // gRPC its peering port with SO_REUSEPORT, so the same number twice would split connections
+  // between the two listeners instead of failing.
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* const handed_out = new absl::flat_hash_set<int>();
+  absl::MutexLock lock(&mu);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    close(fd);
+    const int port = ntohs(addr.sin_port);
+    if (handed_out->insert(port).second) return port;
+  }
+  ADD_FAILURE() << "FreePort: no port that this test process has not used yet";
+  return 0;
 }
 
 PgServer& PgServer::Shared() {

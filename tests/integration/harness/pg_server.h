@@ -51,7 +51,7 @@ class PgServer {
   bool tls_enabled_ = false;
 };
 
-// Picks a TCP port on 127.0.0.1 that is free right now.
+// Picks a TCP port on 127.0.0.1 that is free right now and that no earlier call returned.
 int FreePort();
 // Runs a shell command, returns its exit status.
 int RunCommand(const std::string& command);
