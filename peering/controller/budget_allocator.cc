@@ -111,12 +111,25 @@ void BudgetAllocator::SetDemand(WorkerId id, const std::string& database, int de
 void BudgetAllocator::Ack(WorkerId id, uint64_t seq) {
   auto it = workers_.find(id);
   if (it == workers_.end() || !it->second.live || seq > it->second.seq) return;
+  it->second.acked_seq = std::max(it->second.acked_seq, seq);
   for (auto& [name, share] : it->second.dbs) {
     if (seq >= share.lower_seq) {
       share.held = share.cap;
       share.floor_held = share.floor;
     }
   }
+}
+
+void BudgetAllocator::SetOpen(WorkerId id, const std::string& database, int open) {
+  auto it = workers_.find(id);
+  if (it == workers_.end() || !it->second.live) return;
+  auto db = it->second.dbs.find(database);
+  if (db == it->second.dbs.end()) return;
+  DbShare& share = db->second;
+  if (share.lower_seq > it->second.acked_seq) return;  // it may still use the old, higher cap
+  // Only ever frees room: what it holds was already counted, and counting more here could put
+  // the committed total over the budget.
+  share.held = std::min(share.held, std::max(share.cap, open));
 }
 
 std::vector<GrantOut> BudgetAllocator::Rebalance(absl::Time now) {

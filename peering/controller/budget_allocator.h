@@ -57,7 +57,8 @@ struct GrantOut {
 struct HeldShare {
   int cap = 0;
   int floor = 0;
-  int open = 0;  // may still be above cap while busy servers close: counted until it acks
+  int open = 0;  // may still be above cap while busy servers close: counted until it acks, or
+                 // reports them closed (SetOpen)
 };
 
 class BudgetAllocator {
@@ -88,6 +89,11 @@ class BudgetAllocator {
   void SetDemand(WorkerId worker, const std::string& database, int demand, absl::Time now);
   // The worker is under the caps and floors of grant `seq` (and so of every earlier one).
   void Ack(WorkerId worker, uint64_t seq);
+  // The server connections the worker's latest report says it has open. With no lowered cap
+  // awaiting its ack it cannot open more than its cap, so it holds max(cap, open). This is how a
+  // worker that rejoined while busy servers above its cap were still closing frees that room:
+  // it acks only grants, and none may come while its cap already fits its demand.
+  void SetOpen(WorkerId worker, const std::string& database, int open);
 
   // Room held back for workers the caller does not know, in every database.
   void SetReserved(int reserved) { reserved_ = reserved; }
@@ -121,6 +127,7 @@ class BudgetAllocator {
   struct Worker {
     bool live = true;
     uint64_t seq = 0;
+    uint64_t acked_seq = 0;
     std::map<std::string, DbShare> dbs;
   };
 

@@ -392,6 +392,7 @@ void ControllerService::OnReport(Member& member, const v1::Report& report) {
   for (const auto& db : report.databases()) {
     EnsureBudget(db.database(), db.budget());
     allocator_.SetDemand(member.handle, db.database(), db.demand(), now);
+    allocator_.SetOpen(member.handle, db.database(), db.open());
     member.open[db.database()] = db.open();
   }
   v1::ControllerMessage renewed;

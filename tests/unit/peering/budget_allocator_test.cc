@@ -72,9 +72,31 @@ TEST(BudgetAllocatorTest, UnacknowledgedLowerKeepsItsRoomCounted) {
   ApplyAndAck(alloc, alloc.Rebalance(kT0));
   alloc.SetDemand(1, "app", 50, kT0);
   alloc.Rebalance(kT0);  // lowers worker 2, never acked
+  // Nor does a report free it: one sent before worker 2 saw the lower, it may still open up to
+  // its old cap.
+  alloc.SetOpen(2, "app", 0);
+  EXPECT_EQ(alloc.Share(2, "app")->held, 3);
   for (int i = 0; i < 5; ++i) alloc.Rebalance(kT0 + absl::Seconds(i));
   EXPECT_EQ(alloc.Share(1, "app")->cap, 3);
   EXPECT_EQ(alloc.Committed("app"), 6);
+}
+
+TEST(BudgetAllocatorTest, RejoinedWorkerStillClosingServersFreesRoomAsItReportsThem) {
+  BudgetAllocator alloc;
+  alloc.SetBudget("app", 12);
+  alloc.AddWorker(1, {{"app", HeldShare{1, 1, 1}}});
+  // Back at its floor after a lost lease, with 7 busy servers still to close.
+  alloc.AddWorker(2, {{"app", HeldShare{1, 1, 8}}});
+  alloc.SetDemand(1, "app", 40, kT0);
+  alloc.SetDemand(2, "app", 1, kT0);
+  ApplyAndAck(alloc, alloc.Rebalance(kT0));
+  EXPECT_EQ(alloc.Share(1, "app")->cap, 4);  // all that is free: 12 - 8
+  // Worker 2 needs no grant, so it sends no ack; its reports say the servers are gone.
+  alloc.SetOpen(2, "app", 1);
+  ApplyAndAck(alloc, alloc.Rebalance(kT0));
+  EXPECT_EQ(alloc.Share(2, "app")->held, 1);
+  EXPECT_EQ(alloc.Share(1, "app")->cap, 11);
+  EXPECT_EQ(alloc.Committed("app"), 12);
 }
 
 TEST(BudgetAllocatorTest, ExpiredWorkerCountsAtItsFloorUntilRemoved) {
@@ -176,7 +198,8 @@ TEST_P(BudgetAllocatorSimTest, OpenConnectionsNeverExceedBudget) {
     int64_t deliver_at;
     WorkerId worker;
     int epoch;
-    uint64_t seq;
+    uint64_t seq;                     // 0 = the open counts of a report
+    std::map<std::string, int> open;  // what the report says is open
   };
   std::deque<AckInFlight> to_controller;
   std::map<WorkerId, int64_t> newest_report_sent;  // controller's view
@@ -235,7 +258,13 @@ TEST_P(BudgetAllocatorSimTest, OpenConnectionsNeverExceedBudget) {
         continue;
       }
       auto it = workers.find(m.worker);
-      if (it == workers.end() || !it->second.alive || it->second.partitioned) continue;
+      if (it == workers.end() || !it->second.alive) continue;
+      if (it->second.partitioned) {
+        // A stream is reliable and ordered: what a partition holds up arrives after it heals,
+        // unless the stream is replaced first (a rejoin, which the epoch check drops).
+        later.push_back(std::move(m));
+        continue;
+      }
       SimWorker& w = it->second;
       if (m.epoch != w.epoch) continue;
       w.lease_sent_tick = std::max(w.lease_sent_tick, m.report_sent);
@@ -286,14 +315,20 @@ TEST_P(BudgetAllocatorSimTest, OpenConnectionsNeverExceedBudget) {
       last_heard[w.id] = tick;
       newest_report_sent[w.id] = tick;
       for (const auto& db : dbs) alloc.SetDemand(w.id, db, w.demand[db], now);
+      // Its open counts travel up the stream like acks, so they may arrive late.
+      to_controller.push_back(
+          {up_at(w.id, tick + 1 + static_cast<int64_t>(rng() % 3)), w.id, w.epoch, 0, w.open});
       to_workers.push_back(
           {down_at(w.id, tick + 1 + static_cast<int64_t>(rng() % 4)), w.id, w.epoch, {}, tick});
       if (under && w.applied_seq > 0) {
-        to_controller.push_back({up_at(w.id, tick + 1 + static_cast<int64_t>(rng() % 3)), w.id,
-                                 w.epoch, w.applied_seq});
+        to_controller.push_back({up_at(w.id, tick + 1 + static_cast<int64_t>(rng() % 3)),
+                                 w.id,
+                                 w.epoch,
+                                 w.applied_seq,
+                                 {}});
       }
     }
-    // Acks reach the controller.
+    // Acks and reported open counts reach the controller.
     std::deque<AckInFlight> acks_later;
     for (auto& a : to_controller) {
       if (a.deliver_at > tick) {
@@ -301,7 +336,12 @@ TEST_P(BudgetAllocatorSimTest, OpenConnectionsNeverExceedBudget) {
         continue;
       }
       auto w = workers.find(a.worker);
-      if (w != workers.end() && w->second.epoch == a.epoch) alloc.Ack(a.worker, a.seq);
+      if (w == workers.end() || w->second.epoch != a.epoch) continue;
+      if (a.seq == 0) {
+        for (const auto& [db, open] : a.open) alloc.SetOpen(a.worker, db, open);
+      } else {
+        alloc.Ack(a.worker, a.seq);
+      }
     }
     to_controller = std::move(acks_later);
     // Controller: expire, forget, rebalance.
