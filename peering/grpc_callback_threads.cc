@@ -8,13 +8,11 @@
 namespace pgfleet::peering {
 
 void PinGrpcCallbackThreads() {
-  static grpc::Server* const pin = [] {
-    static auto* const service = new grpc::CallbackGenericService();
+  [[maybe_unused]] static grpc::Server* const pin = [] {
     grpc::ServerBuilder builder;
-    builder.RegisterCallbackGenericService(service);
+    builder.RegisterCallbackGenericService(new grpc::CallbackGenericService());
     return builder.BuildAndStart().release();
   }();
-  (void)pin;
 }
 
 }  // namespace pgfleet::peering

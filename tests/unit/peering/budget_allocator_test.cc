@@ -209,6 +209,11 @@ TEST_P(BudgetAllocatorSimTest, OpenConnectionsNeverExceedBudget) {
     return last_down[id] = std::max(last_down[id], at);
   };
   auto up_at = [&](WorkerId id, int64_t at) { return last_up[id] = std::max(last_up[id], at); };
+  auto send_up = [&](const SimWorker& w, int64_t tick, uint64_t seq,
+                     std::map<std::string, int> open) {
+    to_controller.push_back({up_at(w.id, tick + 1 + static_cast<int64_t>(rng() % 3)), w.id, w.epoch,
+                             seq, std::move(open)});
+  };
   WorkerId next_id = 1;
 
   auto join = [&](int64_t tick) {
@@ -316,16 +321,11 @@ TEST_P(BudgetAllocatorSimTest, OpenConnectionsNeverExceedBudget) {
       newest_report_sent[w.id] = tick;
       for (const auto& db : dbs) alloc.SetDemand(w.id, db, w.demand[db], now);
       // Its open counts travel up the stream like acks, so they may arrive late.
-      to_controller.push_back(
-          {up_at(w.id, tick + 1 + static_cast<int64_t>(rng() % 3)), w.id, w.epoch, 0, w.open});
+      send_up(w, tick, 0, w.open);
       to_workers.push_back(
           {down_at(w.id, tick + 1 + static_cast<int64_t>(rng() % 4)), w.id, w.epoch, {}, tick});
       if (under && w.applied_seq > 0) {
-        to_controller.push_back({up_at(w.id, tick + 1 + static_cast<int64_t>(rng() % 3)),
-                                 w.id,
-                                 w.epoch,
-                                 w.applied_seq,
-                                 {}});
+        send_up(w, tick, w.applied_seq, {});
       }
     }
     // Acks and reported open counts reach the controller.
