@@ -14,13 +14,14 @@
 // controller.register_timeout starts with block 0 (its local id): its keys then name no pod and
 // are sent to every other pod, where only the owner finds them.
 //
-// Budget (DESIGN.md "Connection budget"): BudgetAllocator does the arithmetic; this class times
-// it. A worker's lease ends lease_timeout after its last report; it is then counted at its floor
-// (the worker itself fell back to the floor at 3/4 of that, timed from when it sent the report,
-// so it is always first), and forgotten after forget_after. A controller that starts knows no
-// one: it raises nothing until every member named in the workers' Hellos (each worker reports
-// the member list of the last Directory it saw) has rejoined or lease_timeout has passed, and it
-// holds back min_share per absent member until forget_after. Nothing is persisted.
+// Budget (DESIGN.md "Connection budget"): BudgetAllocator does the arithmetic and Membership the
+// bookkeeping, both pure; this class is their plumbing (streams, messages, logs, the timer). A
+// worker's lease ends lease_timeout after its last report; it is then counted at its floor (the
+// worker itself fell back to the floor at 3/4 of that, timed from when it sent the report, so it is
+// always first), and forgotten after forget_after. A controller that starts knows no one: it raises
+// nothing until every member named in the workers' Hellos (each worker reports the member list of
+// the last Directory it saw) has rejoined or lease_timeout has passed, and it holds back min_share
+// per absent member until forget_after. Nothing is persisted.
 //
 // Threading: reactors run on gRPC threads and only copy messages and Post() them to the loop;
 // all state below belongs to the loop thread.
@@ -36,6 +37,7 @@
 
 #include "absl/time/time.h"
 #include "peering/controller/budget_allocator.h"
+#include "peering/controller/membership.h"
 #include "peering/credentials.h"
 #include "peering/fleet_options.h"
 #include "pgfleet/controller/v1/controller.grpc.pb.h"
@@ -84,9 +86,9 @@ class ControllerService final : public v1::Controller::CallbackService {
     std::string address;
   };
   std::vector<MemberView> Members() const;
-  size_t pod_count() const { return pods_.size(); }
-  bool recovering() const { return recovering_; }
-  const BudgetAllocator& allocator() const { return allocator_; }
+  size_t pod_count() const { return membership_.pods().size(); }
+  bool recovering() const { return membership_.recovering(); }
+  const BudgetAllocator& allocator() const { return membership_.allocator(); }
   // Sum of the open server connections workers last reported, per database.
   std::map<std::string, int> ReportedOpen() const;
   // (database, peer id) -> cap, floor, demand of each member.
@@ -106,61 +108,29 @@ class ControllerService final : public v1::Controller::CallbackService {
 
  private:
   class Reactor;
-  struct Member {
-    uint32_t handle = 0;  // the allocator's id
-    std::string key;
-    std::string pod_id;
-    uint32_t local = 0;
-    uint32_t peer_id = 0;
-    std::string address;
-    std::string hostname;
-    uint32_t pid = 0;
-    std::shared_ptr<Session> session;  // null while disconnected
-    absl::Time last_heard;
-    uint64_t newest_report_seq = 0;
-    bool expired = false;
-    std::map<std::string, int> open;       // last reported, per database
-    std::map<std::string, int> sent_caps;  // last cap granted, per database
-  };
-  struct Pod {
-    uint32_t block = 0;
-    std::string address;
-    std::set<std::string> members;  // member keys
-  };
-
   // Loop-thread handlers.
   void OnMessage(const std::shared_ptr<Session>& session, const v1::WorkerMessage& message);
   void OnSessionClosed(const std::shared_ptr<Session>& session);
   void OnHello(const std::shared_ptr<Session>& session, const v1::Hello& hello);
-  void OnReport(Member& member, const v1::Report& report);
-  void OnLeave(Member& member, const v1::Leave& leave);
+  void OnReport(const std::shared_ptr<Session>& session, const v1::Report& report);
+  void OnLeave(const std::shared_ptr<Session>& session, const v1::Leave& leave);
   void Tick();
   void Rebalance();
   void BroadcastDirectory();
   v1::Directory BuildDirectory();
-  void RemoveMember(const std::string& key);
-  // The pod's block: its current one, else a free one (0 when none is left).
-  uint32_t BlockFor(const std::string& pod_id, uint32_t claimed_block);
   void EnsureBudget(const std::string& database, int reported_budget);
-  Member* MemberOf(const std::shared_ptr<Session>& session);
+  // The member the session is the current stream of, or null.
+  const Membership::Member* MemberOf(const std::shared_ptr<Session>& session) const;
 
   net::EventLoop& loop_;
   ControllerOptions options_;
   const PeerCredentials& credentials_;
   config::Config config_;
   std::string instance_;
-  BudgetAllocator allocator_;
-  std::map<std::string, Member> members_;        // by member key
-  std::map<std::string, Pod> pods_;              // by pod id
-  std::map<uint32_t, std::string> blocks_;       // block -> pod id
-  std::map<uint32_t, absl::Time> freed_blocks_;  // block -> when it was freed (reused last)
-  std::set<uint32_t> reported_blocks_;           // blocks named in Hellos' member lists (recovery)
-  uint32_t next_handle_ = 1;
+  Membership membership_;
+  // The current stream of each connected member, by member key.
+  std::map<std::string, std::shared_ptr<Session>> sessions_;
   uint64_t directory_epoch_ = 0;
-  absl::Time started_;
-  bool recovering_ = true;
-  std::set<std::string> awaited_;  // members named by others that have not rejoined
-  bool heard_membership_ = false;  // some Hello named the previous members
   net::EventLoop::TimerId tick_timer_ = 0;
   ControllerStats stats_;
 };

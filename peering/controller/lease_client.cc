@@ -1,12 +1,12 @@
-// Worker lease: registration, reports, shares, acks and fail-static fallback.
+// Worker lease plumbing: registration, the stream, reconnects, and LeaseState's timers.
 #include "peering/controller/lease_client.h"
 
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 
 #include "peering/grpc_callback_threads.h"
+#include "peering/stream_write_queue.h"
 #include "pooler/base/log.h"
 #include "pooler/protocol/cancel_key.h"
 
@@ -14,10 +14,21 @@ namespace pgfleet::peering::controller {
 namespace {
 
 constexpr absl::Duration kTickInterval = absl::Milliseconds(25);
-// After closing servers to get under a lowered cap, wait this long before acknowledging, so
-// PostgreSQL has reaped the backends before the freed room is granted elsewhere.
-constexpr absl::Duration kSettle = absl::Milliseconds(50);
+constexpr absl::Duration kSettle = LeaseState::kSettle;
 constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
+
+void FillDatabases(const std::vector<DatabaseReport>& databases, bool with_demand,
+                   google::protobuf::RepeatedPtrField<v1::DatabaseState>* out) {
+  for (const auto& from : databases) {
+    auto* db = out->Add();
+    db->set_database(from.database);
+    db->set_budget(from.budget);
+    db->set_cap(from.cap);
+    db->set_floor(from.floor);
+    db->set_open(from.open);
+    if (with_demand) db->set_demand(from.demand);
+  }
+}
 
 std::string Hostname() {
   char name[256] = {};
@@ -55,12 +66,10 @@ class LeaseClient::Stream final
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return false;
-      queue_.push_back(std::move(message));
-      if (writing_) return true;
-      writing_ = true;  // keeps the hold (and so the reactor) until OnWriteDone
-      start = &queue_.front();
+      // A write in flight keeps the hold (and so the reactor) until OnWriteDone.
+      start = queue_.Push(std::move(message));
     }
-    StartWrite(start);
+    if (start != nullptr) StartWrite(start);
     return true;
   }
   void Cancel() { context_.TryCancel(); }
@@ -81,7 +90,7 @@ class LeaseClient::Stream final
       {
         std::lock_guard<std::mutex> lock(mu_);
         closed_ = true;
-        release = !writing_ && !hold_released_;
+        release = !queue_.writing() && !hold_released_;
         hold_released_ = hold_released_ || release;
       }
       if (release) RemoveHold();
@@ -112,15 +121,9 @@ class LeaseClient::Stream final
     bool release = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!queue_.empty()) queue_.pop_front();
-      if (!ok || closed_) {
-        closed_ = closed_ || !ok;
-        queue_.clear();
-      }
-      if (!queue_.empty()) {
-        next = &queue_.front();
-      } else {
-        writing_ = false;
+      closed_ = closed_ || !ok;
+      next = queue_.OnWriteDone(!closed_);
+      if (next == nullptr) {
         release = closed_ && !hold_released_;
         hold_released_ = hold_released_ || release;
       }
@@ -161,8 +164,7 @@ class LeaseClient::Stream final
   v1::ControllerMessage in_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<v1::WorkerMessage> queue_;  // front() is being written
-  bool writing_ = false;
+  StreamWriteQueue<v1::WorkerMessage> queue_;
   bool closed_ = false;  // the read side ended or a write failed: no new writes
   bool hold_released_ = false;
   bool done_ = false;
@@ -177,6 +179,7 @@ LeaseClient::LeaseClient(net::EventLoop& loop, const ControllerOptions& options,
       credentials_(credentials),
       identity_(std::move(identity)),
       stub_(v1::Controller::NewStub(credentials.CreateTcpChannel(options.address))),
+      state_(options.lease_timeout, options.forget_after),
       report_interval_(options.renew_interval) {
   PinGrpcCallbackThreads();
 }
@@ -199,7 +202,6 @@ LeaseClient::~LeaseClient() {
 
 void LeaseClient::Connect() {
   ++generation_;
-  welcomed_ = false;
   auto stream = std::make_shared<Stream>(loop_, this, generation_, registration_);
   if (stream_) {
     std::erase_if(retired_streams_, [](const auto& weak) { return weak.expired(); });
@@ -207,7 +209,7 @@ void LeaseClient::Connect() {
   }
   stream_ = stream;
   v1::WorkerMessage hello = BuildHello();
-  hello_sent_at_ = net::MonotonicNow();
+  state_.OnHelloSent(net::MonotonicNow());
   stream->Start(stub_.get(), credentials_, std::move(hello), stream);
 }
 
@@ -225,10 +227,11 @@ uint32_t LeaseClient::Register() {
                  registration_->failed_generation >= generation;
         });
     if (registration_->welcomed_generation == generation) {
-      peer_id_ = registration_->peer_id;
-      PGFLEET_LOG(kInfo, "controller_registered", "peer_id=", peer_id_,
-                  " block=", protocol::PodBlockOfPeerId(peer_id_));
-      return peer_id_;
+      const uint32_t peer_id = registration_->peer_id;
+      state_.set_peer_id(peer_id);
+      PGFLEET_LOG(kInfo, "controller_registered", "peer_id=", peer_id,
+                  " block=", protocol::PodBlockOfPeerId(peer_id));
+      return peer_id;
     }
     lock.unlock();
     const absl::Duration left = deadline - net::MonotonicNow();
@@ -239,18 +242,18 @@ uint32_t LeaseClient::Register() {
   if (stream_) stream_->Cancel();
   stream_.reset();
   ++generation_;
-  peer_id_ = identity_.local_peer_id;
+  state_.set_peer_id(identity_.local_peer_id);
   PGFLEET_LOG(kWarning, "controller_unreachable", "address=", options_.address,
-              " peer_id=", peer_id_,
+              " peer_id=", identity_.local_peer_id,
               " effect=\"no budget share until it answers; keys name no pod\"");
-  return peer_id_;
+  return identity_.local_peer_id;
 }
 
 void LeaseClient::Attach(CapTarget* target,
                          std::function<void(const v1::Directory&)> on_directory) {
   target_ = target;
   on_directory_ = std::move(on_directory);
-  for (const auto& [db, share] : shares_) target_->SetCap(db, std::max(share.cap, 0));
+  state_.Attach(target);
   tick_timer_ = loop_.RunEvery(kTickInterval, [this] { Tick(); });
   report_timer_ = loop_.RunEvery(report_interval_, [this] { SendReport(); });
   if (!stream_) ScheduleReconnect();
@@ -264,7 +267,7 @@ void LeaseClient::ScheduleReconnect() {
     if (leaving_ || stream_) return;
     // The Hello reports what is open; servers closed a moment ago may still have backends in
     // PostgreSQL, and the controller frees the difference at once.
-    const absl::Duration since_close = net::MonotonicNow() - last_close_;
+    const absl::Duration since_close = net::MonotonicNow() - state_.last_close();
     if (since_close < kSettle) {
       reconnect_scheduled_ = true;
       loop_.RunAfter(kSettle - since_close, [this] {
@@ -281,9 +284,9 @@ void LeaseClient::ScheduleReconnect() {
 void LeaseClient::OnStreamDone(uint64_t generation, const std::string& error) {
   if (generation != generation_) return;
   stream_.reset();
-  welcomed_ = false;
+  state_.OnStreamEnded();
   PGFLEET_LOG(kInfo, "controller_disconnected", "error=", base::LogQuote(error),
-              " lease=", has_lease_ ? "kept" : "none");
+              " lease=", state_.has_lease() ? "kept" : "none");
   ScheduleReconnect();
 }
 
@@ -291,14 +294,16 @@ void LeaseClient::OnMessage(uint64_t generation, const v1::ControllerMessage& me
   if (generation != generation_ || leaving_) return;
   if (message.has_welcome()) {
     const auto& w = message.welcome();
-    if (peer_id_ != 0 && w.peer_id() != peer_id_) {
-      PGFLEET_LOG(kError, "peer_id_mismatch", "ours=", peer_id_, " controller=", w.peer_id());
+    LeaseState::Welcome welcome;
+    welcome.peer_id = w.peer_id();
+    if (w.lease_timeout_ms() > 0) welcome.lease_timeout = absl::Milliseconds(w.lease_timeout_ms());
+    if (w.forget_after_ms() > 0) welcome.forget_after = absl::Milliseconds(w.forget_after_ms());
+    const uint32_t ours = state_.peer_id();
+    if (!state_.OnWelcome(welcome, net::MonotonicNow())) {
+      PGFLEET_LOG(kError, "peer_id_mismatch", "ours=", ours, " controller=", w.peer_id());
       if (stream_) stream_->Cancel();
       return;
     }
-    peer_id_ = w.peer_id();
-    if (w.lease_timeout_ms() > 0) options_.lease_timeout = absl::Milliseconds(w.lease_timeout_ms());
-    if (w.forget_after_ms() > 0) options_.forget_after = absl::Milliseconds(w.forget_after_ms());
     if (w.renew_interval_ms() > 0) {
       const absl::Duration interval = absl::Milliseconds(w.renew_interval_ms());
       if (interval != report_interval_ && report_timer_ != 0) {
@@ -307,20 +312,13 @@ void LeaseClient::OnMessage(uint64_t generation, const v1::ControllerMessage& me
       }
       report_interval_ = interval;
     }
-    welcomed_ = true;
-    // The controller's lease for us started when it read the Hello, which is no earlier than
-    // when we sent it. A Hello that waited (a paused controller) may leave no lease at all:
-    // then we hold what we have until the first report is renewed.
-    lease_start_ = hello_sent_at_;
-    has_lease_ = LeaseValid(net::MonotonicNow());
     backoff_ = absl::Milliseconds(100);
-    pending_ack_ = acked_ = 0;  // grant numbers are per stream from here on
-    PGFLEET_LOG(kInfo, "controller_joined", "peer_id=", peer_id_,
+    PGFLEET_LOG(kInfo, "controller_joined", "peer_id=", state_.peer_id(),
                 " controller=", w.controller_instance(),
-                " lease=", has_lease_ ? "yes" : "after renewal");
+                " lease=", state_.has_lease() ? "yes" : "after renewal");
     SendReport();
   } else if (message.has_renewed()) {
-    RenewFrom(message.renewed().report_seq());
+    OnRenewed(message.renewed().report_seq());
   } else if (message.has_grant()) {
     OnGrant(message.grant());
   } else if (message.has_directory()) {
@@ -329,130 +327,55 @@ void LeaseClient::OnMessage(uint64_t generation, const v1::ControllerMessage& me
   }
 }
 
-void LeaseClient::RenewFrom(uint64_t report_seq) {
-  auto it = report_sent_at_.find(report_seq);
-  if (it == report_sent_at_.end()) return;
-  lease_start_ = std::max(lease_start_, it->second);
-  report_sent_at_.erase(report_sent_at_.begin(), std::next(it));
-  if (!has_lease_ && LeaseValid(net::MonotonicNow())) {
-    has_lease_ = true;
-    PGFLEET_LOG(kInfo, "controller_lease_renewed", "peer_id=", peer_id_);
+void LeaseClient::OnRenewed(uint64_t report_seq) {
+  if (state_.OnRenewed(report_seq, net::MonotonicNow())) {
+    PGFLEET_LOG(kInfo, "controller_lease_renewed", "peer_id=", state_.peer_id());
   }
-}
-
-bool LeaseClient::LeaseValid(absl::Time now) const {
-  return welcomed_ && now < lease_start_ + options_.lease_timeout * 3 / 4;
 }
 
 void LeaseClient::OnGrant(const v1::Grant& grant) {
-  RenewFrom(grant.report_seq());
-  // A raise counts at the controller from the moment it sent it, and it sent it while this
-  // worker's lease held there; once the lease is gone here, only lowers are taken.
-  const bool valid = has_lease_ && LeaseValid(net::MonotonicNow());
+  std::vector<ShareUpdate> shares;
+  shares.reserve(grant.shares_size());
   for (const auto& share : grant.shares()) {
-    const int cap_now = CapFor(share.database());
-    if (!valid && share.cap() > cap_now) continue;
-    SetShare(share.database(), share.cap(), std::min(share.floor(), share.cap()));
+    shares.push_back(ShareUpdate{share.database(), share.cap(), share.floor()});
   }
-  if (valid) pending_ack_ = std::max(pending_ack_, grant.grant_seq());
+  if (state_.OnGrant(grant.grant_seq(), grant.report_seq(), shares, net::MonotonicNow())) {
+    PGFLEET_LOG(kInfo, "controller_lease_renewed", "peer_id=", state_.peer_id());
+  }
   Tick();
-}
-
-int LeaseClient::CapFor(const std::string& database) const {
-  auto it = shares_.find(database);
-  return it == shares_.end() ? 0 : std::max(it->second.cap, 0);
-}
-
-void LeaseClient::SetShare(const std::string& database, int cap, int floor) {
-  shares_[database] = Share{cap, std::max(floor, 0)};
-  if (target_ != nullptr) target_->SetCap(database, std::max(cap, 0));
-}
-
-void LeaseClient::FallBackToFloors(const char* why) {
-  has_lease_ = false;
-  for (auto& [db, share] : shares_) {
-    SetShare(db, std::min(std::max(share.cap, 0), share.floor), share.floor);
-  }
-  PGFLEET_LOG(kWarning, "controller_lease_lost", "why=", why,
-              " since_ms=", absl::ToInt64Milliseconds(net::MonotonicNow() - lease_start_),
-              " effect=\"shrinking to floors\"");
-  // The stream, if it still seems alive, cannot be trusted: rejoin on a fresh one.
-  if (stream_) stream_->Cancel();
 }
 
 void LeaseClient::Tick() {
   if (target_ == nullptr) return;
   const absl::Time now = net::MonotonicNow();
-  const absl::Duration lease = options_.lease_timeout;
-  if (has_lease_ && !LeaseValid(now)) FallBackToFloors("lease ran out");
-  const bool lost = !has_lease_ && lease_start_ != absl::InfinitePast();
-  const bool hard = lost && now >= lease_start_ + lease * 9 / 10;
-  if (lost && now >= lease_start_ + options_.forget_after - lease) {
-    for (auto& [db, share] : shares_) {
-      if (share.cap > 0 || share.floor > 0) {
-        PGFLEET_LOG(kWarning, "controller_forgot_us", "db=", db, " effect=\"share 0\"");
-        SetShare(db, 0, 0);
-      }
-    }
+  LeaseState::TickOutcome outcome = state_.Tick(now, stream_ != nullptr);
+  if (outcome.lease_lost) {
+    PGFLEET_LOG(kWarning, "controller_lease_lost", "why=", "lease ran out",
+                " since_ms=", absl::ToInt64Milliseconds(now - state_.lease_start()),
+                " effect=\"shrinking to floors\"");
+    // The stream, if it still seems alive, cannot be trusted: rejoin on a fresh one.
+    if (stream_) stream_->Cancel();
   }
-  bool under = true;
-  for (const auto& usage : target_->Usages()) {
-    int& peak = peak_demand_[usage.database];
-    peak = std::max(peak, usage.demand);
-    const int cap = CapFor(usage.database);
-    int open = usage.open;
-    if (open > cap) {
-      const int closed = target_->Enforce(usage.database, hard);
-      if (closed > 0) last_close_ = now;
-      open -= closed;
-    }
-    int& previous = last_open_[usage.database];
-    if (open < previous) last_close_ = now;  // busy servers closed on release
-    previous = open;
-    if (open > cap) under = false;
+  for (const auto& db : outcome.forgotten) {
+    PGFLEET_LOG(kWarning, "controller_forgot_us", "db=", db, " effect=\"share 0\"");
   }
-  if (welcomed_ && has_lease_ && stream_ && pending_ack_ > acked_ && under &&
-      now - last_close_ >= kSettle) {
+  if (outcome.ack.has_value() && stream_) {
     v1::WorkerMessage message;
-    message.mutable_ack()->set_grant_seq(pending_ack_);
-    FillDatabases(message.mutable_ack()->mutable_databases(), false);
-    if (stream_->Send(std::move(message))) acked_ = pending_ack_;
+    message.mutable_ack()->set_grant_seq(*outcome.ack);
+    FillDatabases(state_.Databases(false), false, message.mutable_ack()->mutable_databases());
+    if (stream_->Send(std::move(message))) state_.MarkAcked(*outcome.ack);
   }
 }
 
 void LeaseClient::SendReport() {
-  if (!welcomed_ || !stream_ || target_ == nullptr) return;
-  const absl::Time now = net::MonotonicNow();
-  // Sends older than a lease can no longer extend it.
-  while (!report_sent_at_.empty() &&
-         report_sent_at_.begin()->second < now - options_.lease_timeout) {
-    report_sent_at_.erase(report_sent_at_.begin());
-  }
+  if (!stream_) return;
+  std::optional<LeaseState::Report> next = state_.NextReport(net::MonotonicNow());
+  if (!next.has_value()) return;
   v1::WorkerMessage message;
   auto* report = message.mutable_report();
-  report->set_report_seq(++report_seq_);
-  FillDatabases(report->mutable_databases(), true);
-  report_sent_at_[report_seq_] = now;
+  report->set_report_seq(next->seq);
+  FillDatabases(next->databases, true, report->mutable_databases());
   stream_->Send(std::move(message));
-  peak_demand_.clear();
-}
-
-void LeaseClient::FillDatabases(google::protobuf::RepeatedPtrField<v1::DatabaseState>* out,
-                                bool with_demand) {
-  if (target_ == nullptr) return;
-  for (const auto& usage : target_->Usages()) {
-    auto* db = out->Add();
-    db->set_database(usage.database);
-    db->set_budget(usage.budget);
-    auto share = shares_.find(usage.database);
-    db->set_cap(share == shares_.end() ? -1 : share->second.cap);
-    db->set_floor(share == shares_.end() ? 0 : share->second.floor);
-    db->set_open(usage.open);
-    if (with_demand) {
-      auto peak = peak_demand_.find(usage.database);
-      db->set_demand(std::max(usage.demand, peak == peak_demand_.end() ? 0 : peak->second));
-    }
-  }
 }
 
 v1::WorkerMessage LeaseClient::BuildHello() {
@@ -460,11 +383,11 @@ v1::WorkerMessage LeaseClient::BuildHello() {
   auto* hello = message.mutable_hello();
   hello->set_pod_id(identity_.pod_id);
   hello->set_local_peer_id(identity_.local_peer_id);
-  hello->set_peer_id(peer_id_);
+  hello->set_peer_id(state_.peer_id());
   hello->set_peering_address(identity_.peering_address);
   hello->set_pid(static_cast<uint32_t>(getpid()));
   hello->set_hostname(Hostname());
-  FillDatabases(hello->mutable_databases(), true);
+  FillDatabases(state_.Databases(true), true, hello->mutable_databases());
   for (const auto& member : directory_.members()) hello->add_known_members(member);
   for (const auto& pod : directory_.pods()) hello->add_known_blocks(pod.block());
   return message;
@@ -473,13 +396,13 @@ v1::WorkerMessage LeaseClient::BuildHello() {
 void LeaseClient::Leave(absl::Duration timeout) {
   if (leaving_) return;
   leaving_ = true;
-  if (!stream_ || !welcomed_) return;
+  if (!stream_ || !state_.welcomed()) return;
   // Every server was just closed: let PostgreSQL reap the backends before the room is freed.
   absl::SleepFor(kSettle);
   v1::WorkerMessage message;
-  FillDatabases(message.mutable_leave()->mutable_databases(), false);
+  FillDatabases(state_.Databases(false), false, message.mutable_leave()->mutable_databases());
   if (stream_->Send(std::move(message)) && stream_->WaitDone(timeout)) {
-    PGFLEET_LOG(kInfo, "controller_left", "peer_id=", peer_id_);
+    PGFLEET_LOG(kInfo, "controller_left", "peer_id=", state_.peer_id());
   }
   stream_->Cancel();
   stream_->WaitDone(absl::Milliseconds(200));

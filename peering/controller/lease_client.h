@@ -1,13 +1,8 @@
-// The worker's side of pgfleet-controller: its peer id, its lease, and its budget shares.
+// The worker's side of pgfleet-controller: its peer id, its lease, and its budget shares, over one
+// gRPC stream at a time. What the lease decides (caps, floors, fail-static fallback, acks,
+// reports) is LeaseState's; this class connects, reconnects, times and sends.
 //
-// Fail-static (DESIGN.md "Connection budget"): a worker that loses the controller keeps its caps
-// and never raises them; when its lease has run 3/4 of lease_timeout past the newest report the
-// controller acknowledged (timed from when the worker *sent* it, so the worker is always earlier
-// than the controller), it falls back to its floors, closing idle servers at once and busy ones
-// when released; at 9/10 it closes whatever is still over the floor. After forget_after it holds
-// nothing, because the controller has forgotten it and reassigned its floor. It reconnects on
-// its own and rejoins with what it holds. A worker that never reached the controller holds
-// nothing in budgeted databases.
+// It reconnects on its own and rejoins with what it holds.
 //
 // Everything runs on the worker's loop thread, except the gRPC stream's reactions, which copy
 // messages and Post() them there. Register() is the one blocking call, made before the loop runs.
@@ -22,6 +17,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "peering/controller/lease_state.h"
 #include "peering/credentials.h"
 #include "peering/fleet_options.h"
 #include "pgfleet/controller/v1/controller.grpc.pb.h"
@@ -30,24 +26,6 @@
 namespace pgfleet::peering::controller {
 
 namespace v1 = ::pgfleet::controller::v1;
-
-// What the lease client needs from the worker's pools (PoolRegistry in production).
-class CapTarget {
- public:
-  virtual ~CapTarget() = default;
-  struct Usage {
-    std::string database;
-    int budget = 0;  // the fleet budget from the config
-    int open = 0;    // server connections open or opening now
-    int demand = 0;  // servers in use + clients waiting now, at most what the pools could use
-  };
-  // Every database with a fleet budget that this worker knows of.
-  virtual std::vector<Usage> Usages() = 0;
-  virtual void SetCap(const std::string& database, int cap) = 0;
-  // Brings the database toward its cap (see PoolRegistry::EnforceDatabaseCap); returns how many
-  // servers were closed now.
-  virtual int Enforce(const std::string& database, bool force) = 0;
-};
 
 struct LeaseIdentity {
   std::string pod_id;
@@ -72,32 +50,23 @@ class LeaseClient {
   // worker is gone, so its share is free at once. Waits at most `timeout`.
   void Leave(absl::Duration timeout);
 
-  uint32_t peer_id() const { return peer_id_; }
-  bool has_lease() const { return has_lease_; }
+  uint32_t peer_id() const { return state_.peer_id(); }
+  bool has_lease() const { return state_.has_lease(); }
   // The cap in force per database (absent = none granted yet, i.e. 0).
-  int CapFor(const std::string& database) const;
+  int CapFor(const std::string& database) const { return state_.CapFor(database); }
 
  private:
   class Stream;
-  struct Share {
-    int cap = -1;  // -1 = never granted (enforced as 0)
-    int floor = 0;
-  };
 
   void Connect();
   void ScheduleReconnect();
   void OnMessage(uint64_t generation, const v1::ControllerMessage& message);
   void OnStreamDone(uint64_t generation, const std::string& error);
   void OnGrant(const v1::Grant& grant);
-  void RenewFrom(uint64_t report_seq);
+  void OnRenewed(uint64_t report_seq);
   void Tick();
   void SendReport();
-  void SetShare(const std::string& database, int cap, int floor);
-  void FallBackToFloors(const char* why);
-  // The controller still counts us live: 3/4 of a lease since the newest renewed report.
-  bool LeaseValid(absl::Time now) const;
   v1::WorkerMessage BuildHello();
-  void FillDatabases(google::protobuf::RepeatedPtrField<v1::DatabaseState>* out, bool with_demand);
 
   net::EventLoop& loop_;
   ControllerOptions options_;
@@ -112,8 +81,6 @@ class LeaseClient {
   // Earlier streams whose reactions may still be running; detached on destruction too.
   std::vector<std::weak_ptr<Stream>> retired_streams_;
   uint64_t generation_ = 0;
-  bool welcomed_ = false;  // the current stream got its Welcome
-  absl::Time hello_sent_at_;
   absl::Duration backoff_ = absl::Milliseconds(100);
   bool reconnect_scheduled_ = false;
   bool leaving_ = false;
@@ -128,17 +95,7 @@ class LeaseClient {
   };
   std::shared_ptr<Registration> registration_ = std::make_shared<Registration>();
 
-  uint32_t peer_id_ = 0;
-  bool has_lease_ = false;
-  absl::Time lease_start_ = absl::InfinitePast();  // send time of the newest renewed report
-  uint64_t report_seq_ = 0;
-  std::map<uint64_t, absl::Time> report_sent_at_;
-  std::map<std::string, Share> shares_;
-  std::map<std::string, int> peak_demand_;
-  std::map<std::string, int> last_open_;
-  uint64_t pending_ack_ = 0;
-  uint64_t acked_ = 0;
-  absl::Time last_close_ = absl::InfinitePast();
+  LeaseState state_;
   v1::Directory directory_;
   net::EventLoop::TimerId tick_timer_ = 0;
   net::EventLoop::TimerId report_timer_ = 0;
