@@ -43,8 +43,11 @@ TEST(CancelKeyTest, PeerIdAboveMaxIsMasked) {
 }
 
 TEST(CancelKeyTest, PeerIdOfForeignPidIgnoresSignBit) {
-  // A key minted elsewhere (e.g. a real backend pid with the sign bit set) still decodes in range.
-  EXPECT_LE(PeerIdOfCancelPid(0xffffffffu), kMaxPeerId);
+  // A key minted elsewhere (e.g. a real backend pid with the sign bit set) still decodes in range:
+  // the sign bit is dropped and bits 15..30 are the peer id.
+  EXPECT_EQ(PeerIdOfCancelPid(0xffffffffu), kMaxPeerId);
+  EXPECT_EQ(PeerIdOfCancelPid(0x80000000u), 0u);
+  EXPECT_EQ(PeerIdOfCancelPid(0x80008000u), 1u);
 }
 
 TEST(CancelKeyTest, EqualityAndHash) {
