@@ -41,16 +41,6 @@ int64_t Int(const Row& row, const std::string& column) {
   return v;
 }
 
-void InitPgbench() {
-  static bool done = false;
-  if (done) return;
-  ASSERT_EQ(
-      RunCommand(absl::StrCat("pgbench -i -q -s 1 -h 127.0.0.1 -p ", PgServer::Shared().port(),
-                              " -U postgres postgres >/dev/null 2>&1")),
-      0);
-  done = true;
-}
-
 class AdminTest : public IntegrationTest {
  protected:
   ConnPtr Admin(PgfleetProcess& fleet, const std::string& user = "admin") {
@@ -61,7 +51,7 @@ class AdminTest : public IntegrationTest {
 };
 
 TEST_F(AdminTest, ShowAnswersForEveryWorkerUnderLoad) {
-  InitPgbench();
+  ASSERT_NO_FATAL_FAILURE(InitPgbench());
   PgfleetProcess fleet(AdminConfig(2, 16));
   // Idle clients, each having run a query, so both workers have clients, servers and stats
   // (with 24 connections the kernel puts all on one worker with probability 2^-23).
@@ -149,7 +139,7 @@ TEST_F(AdminTest, ShowAnswersForEveryWorkerUnderLoad) {
 }
 
 TEST_F(AdminTest, PauseDrainsAndResumeContinuesPgbench) {
-  InitPgbench();
+  ASSERT_NO_FATAL_FAILURE(InitPgbench());
   PgfleetProcess fleet(AdminConfig(2, 8));
   const std::string out = fleet.dir() + "/pgbench.out";
   std::thread bench([&] {

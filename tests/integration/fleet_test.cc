@@ -252,13 +252,7 @@ TEST_F(FleetTest, ServerConnectionsNeverExceedMaxDbConnections) {
 }
 
 TEST_F(FleetTest, RollingRestartUnderPgbenchLosesNothing) {
-  static bool initialised = false;
-  if (!initialised) {
-    ASSERT_EQ(RunCommand(absl::StrCat("pgbench -i -q -s 1 -h 127.0.0.1 -p ", pg().port(),
-                                      " -U postgres postgres >/dev/null 2>&1")),
-              0);
-    initialised = true;
-  }
+  ASSERT_NO_FATAL_FAILURE(InitPgbench());
   PgfleetProcess fleet(FleetConfig(4, "  default_pool_size: 40\n"));
   const std::string out_path = fleet.dir() + "/pgbench.out";
   // -C: a new connection per transaction, so every connection attempt during the restart counts.

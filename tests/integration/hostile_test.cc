@@ -172,17 +172,6 @@ bool RawTrustLogin(RawClient& client, const std::string& user = "postgres") {
   return HasMessage(got, 'Z') && FirstError(got).code.empty();
 }
 
-// pgbench tables in the shared server, created once per test binary.
-void EnsurePgbenchTables() {
-  static bool done = false;
-  if (done) return;
-  ASSERT_EQ(
-      RunCommand(absl::StrCat("pgbench -i -q -s 1 -h 127.0.0.1 -p ", PgServer::Shared().port(),
-                              " -U postgres postgres >/dev/null 2>&1")),
-      0);
-  done = true;
-}
-
 // pgbench -S through pgfleet in the background; Finish() returns its output with "exit=N".
 class Pgbench {
  public:
@@ -292,10 +281,11 @@ std::vector<BadInput> BadInputs() {
 }
 
 TEST_F(HostileTest, BadPacketsGetFatalAndCloseOnlyTheirConnectionWhilePgbenchRuns) {
-  EnsurePgbenchTables();
+  ASSERT_NO_FATAL_FAILURE(InitPgbench());
   PgfleetProcess fleet(PoolConfig("transaction", 12, "  max_packet_size: 1048576\n"));
   Pgbench bench(fleet, 32, 5);
-  std::this_thread::sleep_for(milliseconds(500));
+  // Until pgbench's clients have servers, so bad input lands on a busy worker.
+  WaitFor([&] { return ServerConnections() > 0; });
   const auto inputs = BadInputs();
   // Round after round until pgbench is nearly done, so bad input lands on a busy worker.
   const auto until = Clock::now() + std::chrono::seconds(4);
@@ -327,7 +317,7 @@ TEST_F(HostileTest, BadPacketsGetFatalAndCloseOnlyTheirConnectionWhilePgbenchRun
 }
 
 TEST_F(HostileTest, TwoThousandHalfOpenConnectionsDoNotStarvePgbench) {
-  EnsurePgbenchTables();
+  ASSERT_NO_FATAL_FAILURE(InitPgbench());
   // 2,000 sockets here plus as many in pgfleet: lift the soft descriptor limit to the hard one
   // (pgfleet inherits it, and raises its own too).
   struct rlimit limit;

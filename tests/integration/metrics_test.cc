@@ -90,16 +90,6 @@ int WaitForReadyz(const PgfleetProcess& fleet, int status, std::string* body = n
   return got;
 }
 
-void InitPgbench() {
-  static bool done = false;
-  if (done) return;
-  ASSERT_EQ(
-      RunCommand(absl::StrCat("pgbench -i -q -s 1 -h 127.0.0.1 -p ", PgServer::Shared().port(),
-                              " -U postgres postgres >/dev/null 2>&1")),
-      0);
-  done = true;
-}
-
 class MetricsTest : public IntegrationTest {};
 
 TEST_F(MetricsTest, HealthzAndReadyzReportThePod) {
@@ -129,7 +119,7 @@ TEST_F(MetricsTest, NotReadyWhilePostgresIsUnreachable) {
 }
 
 TEST_F(MetricsTest, EveryMetricIsServedAndMatchesTheConsole) {
-  InitPgbench();
+  ASSERT_NO_FATAL_FAILURE(InitPgbench());
   PgfleetProcess fleet(MetricsConfig(2));
   // One error (class 22, division by zero) for pgfleet_errors_total.
   ConnPtr c = Connect(fleet.ConnString());
@@ -250,7 +240,7 @@ TEST_F(MetricsTest, EmptyListenTurnsMetricsOff) {
 TEST_F(MetricsTest, PrometheusEvaluatesEveryDashboardAndAlertQuery) {
   const std::string prometheus = RunCommandOutput("command -v prometheus");
   ASSERT_FALSE(prometheus.empty()) << "install Debian's prometheus (scripts/install-deps.sh)";
-  InitPgbench();
+  ASSERT_NO_FATAL_FAILURE(InitPgbench());
   PgfleetProcess fleet(MetricsConfig(2));
   // Prometheus scraping pgfleet every second, with the target labels Kubernetes discovery would
   // add (the dashboard and the alerts group by namespace and pod).

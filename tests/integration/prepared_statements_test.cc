@@ -224,13 +224,7 @@ TEST_F(PreparedTest, FailedHiddenReparseIsTheErrorOfTheMessageThatNeededIt) {
 }
 
 TEST_F(PreparedTest, PgbenchPreparedModeRunsWithoutErrors) {
-  static bool initialised = false;
-  if (!initialised) {
-    ASSERT_EQ(RunCommand(absl::StrCat("pgbench -i -q -s 1 -h 127.0.0.1 -p ", pg().port(),
-                                      " -U postgres postgres >/dev/null 2>&1")),
-              0);
-    initialised = true;
-  }
+  ASSERT_NO_FATAL_FAILURE(InitPgbench());
   PgfleetProcess fleet(Config(2));
   const std::string out_path = fleet.dir() + "/pgbench.out";
   // One thread per client: pgbench prepares synchronously, so a thread blocked in one client's

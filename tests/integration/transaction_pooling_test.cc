@@ -1,4 +1,5 @@
 // Pool modes, queueing, limits and parameter tracking through a real PostgreSQL.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -117,8 +118,12 @@ TEST_F(PoolingTest, MaxClientConnRejectsOneTooMany) {
   EXPECT_FALSE(Ok(extra));
   EXPECT_THAT(ErrorOf(extra), HasSubstr("no more connections allowed (max_client_conn)"));
   held.pop_back();
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  auto again = Connect(fleet.ConnString());
+  // pgfleet frees the slot once it has read the client's Terminate: retry until it has.
+  ConnPtr again;
+  WaitFor([&] {
+    again = Connect(fleet.ConnString());
+    return Ok(again);
+  });
   EXPECT_TRUE(Ok(again)) << ErrorOf(again);
 }
 
@@ -131,7 +136,7 @@ TEST_F(PoolingTest, UnknownDatabaseGetsInvalidCatalogName) {
 
 // Eight clients, alternating between two (user, database) pairs, each hold a server for 0.3 s.
 struct BudgetRun {
-  int servers_seen = 0;  // server connections running the query at one moment
+  int servers_seen = 0;  // the most server connections that ran the query at one look
   int served = 0;        // clients whose query succeeded
 };
 BudgetRun RunEightSleepers(const PgfleetProcess& fleet, const std::string& tag,
@@ -147,12 +152,25 @@ BudgetRun RunEightSleepers(const PgfleetProcess& fleet, const std::string& tag,
       if (Ok(c) && ResultOk(Exec(c, sql))) ++served;
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::atomic<bool> finished{false};
+  std::thread joiner([&] {
+    for (auto& t : threads) t.join();
+    finished = true;
+  });
+  // Look at pg_stat_activity for as long as the clients run (at least until a server has run the
+  // query), so the cap is checked at every look rather than at one moment that may come too early
+  // or too late on a busy machine.
   BudgetRun run;
-  run.servers_seen = std::stoi(PgServer::Shared().QueryValue(absl::StrCat(
-      "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(0.3), ''", tag,
-      "''%' AND pid <> pg_backend_pid()")));
-  for (auto& t : threads) t.join();
+  WaitFor(
+      [&] {
+        const int now = std::stoi(PgServer::Shared().QueryValue(absl::StrCat(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(0.3), ''", tag,
+            "''%' AND pid <> pg_backend_pid()")));
+        run.servers_seen = std::max(run.servers_seen, now);
+        return finished && run.servers_seen > 0;
+      },
+      std::chrono::seconds(60));
+  joiner.join();
   run.served = served.load();
   return run;
 }
@@ -203,7 +221,7 @@ TEST_F(PoolingTest, ReloadAppliesNewPoolSize) {
   PgfleetProcess fleet(PoolConfig("transaction", 1));
   fleet.RewriteConfig(PoolConfig("transaction", 3));
   fleet.Signal(SIGHUP);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  WaitFor([&] { return fleet.Log().find("event=reloaded") != std::string::npos; });
   std::vector<std::thread> threads;
   std::atomic<int> max_seen{0};
   for (int i = 0; i < 3; ++i) {
@@ -212,8 +230,8 @@ TEST_F(PoolingTest, ReloadAppliesNewPoolSize) {
       (void)Exec(c, "SELECT pg_sleep(0.5)");
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  max_seen = ServerConnections();
+  // Servers stay open once the clients are done (server_idle_timeout is 10 minutes).
+  max_seen = WaitFor([&] { return ServerConnections(); }, [](int n) { return n >= 3; });
   for (auto& t : threads) t.join();
   EXPECT_EQ(max_seen.load(), 3);
   EXPECT_THAT(fleet.Log(), HasSubstr("event=reloaded"));

@@ -23,6 +23,16 @@ void EnsureTestRoles() {
   pg.Exec("GRANT ALL ON items TO PUBLIC");
 }
 
+void InitPgbench() {
+  static bool done = false;
+  if (done) return;
+  ASSERT_EQ(
+      RunCommand(absl::StrCat("pgbench -i -q -s 1 -h 127.0.0.1 -p ", PgServer::Shared().port(),
+                              " -U postgres postgres >/dev/null 2>&1")),
+      0);
+  done = true;
+}
+
 int ServerConnectionsFor(const std::string& user, const std::string& since) {
   return std::stoi(PgServer::Shared().QueryValue(absl::StrCat(
       "SELECT count(*) FROM pg_stat_activity WHERE usename = '", user,

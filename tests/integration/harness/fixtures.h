@@ -9,6 +9,7 @@
 #include "tests/integration/harness/libpq_client.h"
 #include "tests/integration/harness/pg_server.h"
 #include "tests/integration/harness/pgfleet_process.h"
+#include "tests/integration/harness/wait.h"
 
 namespace pgfleet::testing {
 
@@ -17,14 +18,18 @@ namespace pgfleet::testing {
 //   aqmd5/aqmd5pass and aqscram/aqscrampass (known only through auth_query).
 void EnsureTestRoles();
 
+// pgbench's tables (scale 1) in the shared server, created once per test binary. Call it as
+// ASSERT_NO_FATAL_FAILURE(InitPgbench()).
+void InitPgbench();
+
 // `databases:` + `pool:` YAML for a pool in front of the shared server.
 inline std::string PoolConfig(const std::string& mode, int pool_size,
                               const std::string& extra_pool = "",
                               const std::string& extra_top = "") {
   auto& pg = PgServer::Shared();
-  return absl::StrCat("workers: 1\n", "databases:\n  postgres: {host: 127.0.0.1, port: ", pg.port(), "}\n",
-                      "pool:\n  pool_mode: ", mode, "\n  default_pool_size: ", pool_size, "\n",
-                      extra_pool, extra_top);
+  return absl::StrCat("workers: 1\n", "databases:\n  postgres: {host: 127.0.0.1, port: ", pg.port(),
+                      "}\n", "pool:\n  pool_mode: ", mode, "\n  default_pool_size: ", pool_size,
+                      "\n", extra_pool, extra_top);
 }
 
 // Client backends of `user` that started since `since` (a PostgreSQL timestamp), other than the
