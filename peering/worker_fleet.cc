@@ -42,57 +42,6 @@ std::string PodIdFor(const std::string& runtime_dir) {
   return id.empty() ? fresh : id;
 }
 
-// The lease client's view of the pools.
-class WorkerFleet::RegistryTarget final : public controller::CapTarget {
- public:
-  RegistryTarget(pool::PoolRegistry* registry, const config::Config& fleet)
-      : registry_(registry), fleet_(fleet) {}
-
-  void set_fleet(const config::Config& fleet) { fleet_ = fleet; }
-
-  std::vector<Usage> Usages() override {
-    std::map<std::string, Usage> usages;
-    std::map<std::string, int> capacity;
-    for (const auto& [name, db] : fleet_.databases) {
-      if (name != "*" && db.max_db_connections > 0) {
-        usages[name] = Usage{name, db.max_db_connections, 0, 0};
-      }
-    }
-    const auto& config = registry_->config();
-    for (const auto& [key, pool] : registry_->pools()) {
-      const std::string& name = pool->db().name;
-      auto it = usages.find(name);
-      if (it == usages.end()) {
-        auto db = fleet_.FindDatabase(name);
-        if (!db.has_value() || db->max_db_connections <= 0) continue;
-        it = usages.emplace(name, Usage{name, db->max_db_connections, 0, 0}).first;
-      }
-      it->second.demand +=
-          static_cast<int>(pool->active_server_count() + pool->login_server_count() +
-                           pool->testing_server_count() + pool->waiting_count());
-      capacity[name] +=
-          config.EffectivePoolSize(pool->db()) + config.EffectiveReservePoolSize(pool->db());
-    }
-    std::vector<Usage> out;
-    for (auto& [name, usage] : usages) {
-      usage.open = registry_->DatabaseServerCount(name);
-      usage.demand = std::min(usage.demand, capacity[name]);
-      out.push_back(usage);
-    }
-    return out;
-  }
-  void SetCap(const std::string& database, int cap) override {
-    registry_->SetDatabaseCap(database, cap);
-  }
-  int Enforce(const std::string& database, bool force) override {
-    return registry_->EnforceDatabaseCap(database, force);
-  }
-
- private:
-  pool::PoolRegistry* registry_;
-  config::Config fleet_;
-};
-
 WorkerFleet::WorkerFleet(net::EventLoop& loop, FleetOptions options, PeerCredentials credentials)
     : loop_(loop), options_(std::move(options)), credentials_(std::move(credentials)) {}
 
@@ -138,7 +87,7 @@ uint32_t WorkerFleet::RegisterPeerId() {
   return lease_ != nullptr ? lease_->Register() : local_peer_id_;
 }
 
-void WorkerFleet::AttachRegistry(pool::PoolRegistry* registry) {
+void WorkerFleet::AttachCapTarget(std::unique_ptr<FleetCapTarget> target) {
   const PeeringOptions& peering = options_.peering;
   if (!peering.discovery_dns.empty() && directory_ != nullptr) {
     int port = 0;
@@ -152,8 +101,9 @@ void WorkerFleet::AttachRegistry(pool::PoolRegistry* registry) {
     dns_->Start();
   }
   if (lease_ == nullptr) return;
-  registry->EnableDatabaseCaps();
-  target_ = std::make_unique<RegistryTarget>(registry, fleet_config_);
+  target_ = std::move(target);
+  target_->SetFleetConfig(fleet_config_);
+  target_->EnableCaps();
   FleetDirectory* directory = directory_.get();
   lease_->Attach(target_.get(), [directory](const controller::v1::Directory& d) {
     std::map<uint32_t, std::set<std::string>> pods;
@@ -168,7 +118,7 @@ void WorkerFleet::AttachRegistry(pool::PoolRegistry* registry) {
 
 void WorkerFleet::UpdateConfig(const config::Config& fleet_config) {
   fleet_config_ = fleet_config;
-  if (target_ != nullptr) target_->set_fleet(fleet_config);
+  if (target_ != nullptr) target_->SetFleetConfig(fleet_config);
 }
 
 std::vector<ListenSpec> WorkerFleet::ListenPorts(const std::string& unix_address) const {

@@ -1,7 +1,8 @@
 // A worker's place in the fleet, wired in one object so the worker only calls it: typed
 // peering/controller options, peering credentials, the pod id, the cross-pod directory (from the
 // controller, static peers and DNS), and the lease with pgfleet-controller that sets this
-// worker's peer id and its budget caps on the PoolRegistry.
+// worker's peer id and its budget caps on the pools. It sees the pools only through
+// FleetCapTarget (the worker implements it over its PoolRegistry): peering links no pool code.
 #pragma once
 
 #include <memory>
@@ -16,9 +17,17 @@
 #include "peering/peering_service.h"
 #include "pooler/config/config.h"
 #include "pooler/net/event_loop.h"
-#include "pooler/pool/pool_registry.h"
 
 namespace pgfleet::peering {
+
+// The worker's pools as the lease sees them (pooler/worker/registry_cap_target.h).
+class FleetCapTarget : public controller::CapTarget {
+ public:
+  // Once, before the lease starts, when a controller will set caps.
+  virtual void EnableCaps() = 0;
+  // The whole fleet's budgets (the config before the per-worker split), again on every reload.
+  virtual void SetFleetConfig(const config::Config& fleet) = 0;
+};
 
 class WorkerFleet {
  public:
@@ -33,9 +42,9 @@ class WorkerFleet {
   // The peer id to mint cancel keys with: assigned by the controller when one is configured
   // (blocks before the loop runs, up to controller.register_timeout), else the local id.
   uint32_t RegisterPeerId();
-  // Starts the lease's share enforcement on `registry` (which must outlive this object) and DNS
-  // discovery.
-  void AttachRegistry(pool::PoolRegistry* registry);
+  // Starts the lease's share enforcement on `target` (kept while this object lives; dropped when
+  // no controller is configured) and DNS discovery. What `target` reaches must outlive this object.
+  void AttachCapTarget(std::unique_ptr<FleetCapTarget> target);
   // The peering ports: `unix_address`, plus the pod's TCP port when peering.listen is set.
   std::vector<ListenSpec> ListenPorts(const std::string& unix_address) const;
   // Options for the worker's PeeringService (the caller adds relay_to_sibling).
@@ -52,7 +61,6 @@ class WorkerFleet {
   const controller::LeaseClient* lease() const { return lease_.get(); }
 
  private:
-  class RegistryTarget;
   WorkerFleet(net::EventLoop& loop, FleetOptions options, PeerCredentials credentials);
 
   net::EventLoop& loop_;
@@ -63,7 +71,7 @@ class WorkerFleet {
   std::string pod_id_;
   std::unique_ptr<FleetDirectory> directory_;
   std::unique_ptr<DnsDiscovery> dns_;
-  std::unique_ptr<RegistryTarget> target_;
+  std::unique_ptr<FleetCapTarget> target_;
   std::unique_ptr<controller::LeaseClient> lease_;
 };
 

@@ -330,8 +330,11 @@ def main():
                       "when it exists)")
   parser.add_argument("cmake_args", nargs="*", help="extra cmake arguments (after --)")
   args = parser.parse_args()
-  # Every target, tests and fuzzers' libraries included.
-  cmake_args = ["-DPGFLEET_BUILD_TESTS=ON"] + args.cmake_args
+  # Every target: the tests, and the libFuzzer targets (tests/fuzz exists only with clang).
+  cmake_args = ["-DPGFLEET_BUILD_TESTS=ON"]
+  if shutil.which("clang++") and not args.build:
+    cmake_args += ["-DCMAKE_CXX_COMPILER=clang++", "-DPGFLEET_FUZZ=ON"]
+  cmake_args += args.cmake_args
   build = args.build or tempfile.mkdtemp(prefix="check-layering.")
   try:
     dot = configure(os.path.abspath(args.source), os.path.abspath(build), cmake_args)

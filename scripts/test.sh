@@ -21,6 +21,15 @@ if [[ "${SKIP_INSTALL:-0}" != 1 ]]; then
   fi
 fi
 
+failed=0
+
+# Layering, before any build (seconds): every #include of a repo header must be of a library that
+# the including target links, and scripts/layering-rules.txt's forbidden links must be absent
+# (scripts/check-layering.py reads CMake's own target graph). The check's own test runs first: it
+# plants violations in small trees and expects each one caught.
+/usr/bin/python3 tests/layering/check_layering_test.py || failed=1
+/usr/bin/python3 scripts/check-layering.py || failed=1
+
 # The tests (unit and integration) build and run once, in the sanitized clang build below (also
 # warnings as errors); this g++ build makes the release binaries that the drivers, the soak and the
 # Helm checks run. With SKIP_SANITIZE=1 the tests build and run here instead.
@@ -34,7 +43,6 @@ ninja -C "$BUILD_DIR"
 PGFLEET_BIN="$PWD/$BUILD_DIR/cmd/pgfleet/pgfleet"
 export PGFLEET_BIN
 
-failed=0
 if [[ "$build_tests" == ON ]]; then
   ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 || failed=1
 fi

@@ -1,5 +1,5 @@
 // Shared client connection budget.
-#include "pooler/pool/client_budget.h"
+#include "pooler/budget/client_budget.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include "pooler/base/strings.h"
 
-namespace pgfleet::pool {
+namespace pgfleet::budget {
 
 ClientBudget::Region* ClientBudget::Map(int fd) {
   void* p = mmap(nullptr, sizeof(Region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -73,4 +73,4 @@ int64_t ClientBudget::pod_total() const {
   return region_ == nullptr ? local_ : region_->total.load();
 }
 
-}  // namespace pgfleet::pool
+}  // namespace pgfleet::budget

@@ -1,6 +1,7 @@
 // max_client_conn for a pod: a count of client connections in shared memory (a memfd the
 // supervisor creates and every worker maps), so the pod admits exactly max_client_conn clients
 // however the kernel spreads them over workers. Without a supervisor it counts locally.
+// A library of its own (pgfleet_client_budget) so that the supervisor links no pool code.
 #pragma once
 
 #include <atomic>
@@ -8,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace pgfleet::pool {
+namespace pgfleet::budget {
 
 class ClientBudget {
  public:
@@ -46,4 +47,9 @@ class ClientBudget {
   uint32_t slot_ = 0;
 };
 
+}  // namespace pgfleet::budget
+
+namespace pgfleet::pool {
+// The pools' name for it (pool_registry.h).
+using budget::ClientBudget;
 }  // namespace pgfleet::pool

@@ -2,7 +2,7 @@
 // process, each holding the latest serialized WorkerStats behind a sequence lock. The supervisor
 // creates the region (a memfd) before forking, so no process ever polls another: a worker
 // rewrites its slot every publish interval, and the supervisor copies slots when scraped. Same
-// pattern as pool/client_budget.h.
+// pattern as budget/client_budget.h.
 #pragma once
 
 #include <atomic>

@@ -16,8 +16,8 @@
 #include "absl/strings/str_join.h"
 #include "pooler/base/log.h"
 #include "pooler/base/status_macros.h"
+#include "pooler/budget/client_budget.h"
 #include "pooler/net/socket.h"
-#include "pooler/pool/client_budget.h"
 #include "pooler/protocol/cancel_key.h"
 #include "pooler/supervisor/cpu_quota.h"
 
@@ -162,7 +162,7 @@ absl::Status Supervisor::Init() {
   // Metrics first: once the client port is bound it accepts, and workers should follow at once.
   RETURN_IF_ERROR(StartMetrics());
   RETURN_IF_ERROR(CreateListeners());
-  ASSIGN_OR_RETURN(budget_fd_, pool::ClientBudget::CreateSharedRegion());
+  ASSIGN_OR_RETURN(budget_fd_, budget::ClientBudget::CreateSharedRegion());
   fcntl(budget_fd_, F_SETFD, FD_CLOEXEC);  // opened to each worker explicitly in Spawn
   backoff_.assign(static_cast<size_t>(worker_count_), kMinBackoff);
   last_crash_.assign(static_cast<size_t>(worker_count_), absl::InfinitePast());
@@ -379,7 +379,7 @@ void Supervisor::OnChildExited(pid_t pid, int status) {
   // A crashed worker leaves its peering socket behind: siblings would keep dialling it.
   unlink(absl::StrCat(runtime_dir_, "/worker-", process.peer_id, ".sock").c_str());
   // Clients of the dead process are gone: give their max_client_conn room back.
-  pool::ClientBudget::ReleaseSlot(budget_fd_, process.peer_id);
+  budget::ClientBudget::ReleaseSlot(budget_fd_, process.peer_id);
   if (shutting_down_) {
     PGFLEET_LOG(kInfo, "worker_exited", "slot=", process.slot, " pid=", pid, " ",
                 DescribeExit(status));

@@ -9,6 +9,7 @@
 #include "pooler/base/status_macros.h"
 #include "pooler/config/worker_share.h"
 #include "pooler/net/socket.h"
+#include "pooler/worker/registry_cap_target.h"
 
 namespace pgfleet::worker {
 
@@ -87,7 +88,7 @@ absl::Status Worker::Init() {
                                                    options_.peer_id, base::SystemRandom());
   registry_->set_hba(std::move(hba));
   registry_->set_tls(std::move(tls));
-  fleet_->AttachRegistry(registry_.get());
+  fleet_->AttachCapTarget(std::make_unique<RegistryCapTarget>(registry_.get()));
   StartStats(fleet_config);
   if (options_.client_budget_fd >= 0) {
     RETURN_IF_ERROR(
