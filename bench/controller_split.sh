@@ -4,8 +4,8 @@
 # invocation on the same data:
 #   static      each pod holds BUDGET/3 server connections (the static split with three pods;
 #               no controller);
-#   controller  pgfleet-controller splits BUDGET by demand (issue 6, DESIGN.md "Connection
-#               budget").
+#   controller  pgfleet-controller splits BUDGET by demand (issue 6, docs/architecture.md,
+#               "Connection budget").
 # Prints TPS per pod and in total, and the most pooler connections PostgreSQL showed
 # (pg_stat_activity sampled every 100 ms), which must never exceed BUDGET.
 #

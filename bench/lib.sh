@@ -377,7 +377,8 @@ auth: {type: trust}
 log: {level: ${PGFLEET_LOG_LEVEL:-info}, log_connections: false, log_disconnections: false}
 metrics: {listen: "$metrics_listen"}
 EOF
-  # DESIGN.md's contract is --check-config; some builds only know absl's spelling --check_config.
+  # The command-line contract (docs/architecture.md, "Configuration") is --check-config; some
+  # builds only know absl's spelling --check_config.
   if ! "$PGFLEET_BIN" --check-config "$dir/pgfleet.yaml" >"$dir/check.log" 2>&1; then
     if grep -q "Unknown command line flag 'check-config'" "$dir/check.log"; then
       log "note: this pgfleet does not accept --check-config; using --check_config"

@@ -122,7 +122,8 @@ int RunSupervisor(const std::string& config_path) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("pgfleet --config FILE | --check-config FILE | --version");
-  // DESIGN.md promises --check-config; absl spells flags with underscores, so accept both.
+  // The command-line contract (docs/architecture.md, "Configuration") is --check-config; absl
+  // spells flags with underscores, so accept both.
   std::vector<std::string> args(argv, argv + argc);
   std::vector<char*> normalized;
   for (auto& arg : args) {

@@ -1,7 +1,8 @@
 // Asks every worker of the pod at once: this worker answers from its own state on the loop, its
 // siblings over their peering unix sockets (<runtime_dir>/worker-<peer_id>.sock) with gRPC's async
 // callback API. Answers are Post()ed back to the loop and `done` runs there once every worker has
-// answered or failed, so callers never touch worker state from a gRPC thread (STYLE.md 12).
+// answered or failed, so callers never touch worker state from a gRPC thread
+// (docs/architecture.md, "Threads and the event loop").
 #pragma once
 
 #include <condition_variable>

@@ -1,6 +1,6 @@
-// The static split of fleet-wide budgets among the workers of one pod (DESIGN.md "Connection
-// budget", without a controller): each worker gets total / N, the remainder spread over the
-// first workers, so the shares always add up to the total and never exceed it.
+// The static split of fleet-wide budgets among the workers of one pod (docs/architecture.md,
+// "Connection budget", without a controller): each worker gets total / N, the remainder spread
+// over the first workers, so the shares always add up to the total and never exceed it.
 #pragma once
 
 #include "pooler/config/config.h"

@@ -1,4 +1,4 @@
-// The layout of pooler-minted cancel keys (DESIGN.md "Cancel keys and peering"): on protocol 3.0
+// The layout of pooler-minted cancel keys (docs/architecture.md, "Cancel keys"): on protocol 3.0
 // the ProcessID keeps its sign bit clear, carries the owning worker's fleet-wide peer id in bits
 // 15..30 and 15 random bits in 0..14; the 4-byte SecretKey is random. 47 unguessable bits.
 #pragma once

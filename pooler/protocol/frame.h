@@ -1,5 +1,5 @@
 // Framing of PostgreSQL v3 messages: the 5-byte typed header and the untyped startup packets.
-// Validates lengths before anything is consumed (STYLE.md example 2).
+// Validates lengths before anything is consumed (docs/architecture.md, "The wire codec").
 #pragma once
 
 #include <cstddef>
@@ -37,7 +37,8 @@ FrameResult PeekHeader(std::span<const uint8_t> data, uint32_t max_length, Frame
 FrameResult PeekStartupLength(std::span<const uint8_t> data, uint32_t* length);
 
 // Which message bodies the relay must see whole (all others stream through in pieces). One
-// constant table per direction, shared by every connection (STYLE.md example 4).
+// constant table per direction, shared by every connection (docs/architecture.md, "The wire
+// codec").
 bool FrontendNeedsBody(uint8_t type);
 
 // What PostgreSQL itself accepts from a logged-in client (postgres.c SocketBackend): a known type

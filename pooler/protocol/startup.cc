@@ -32,7 +32,7 @@ absl::StatusOr<StartupPacket> ParseStartupPacket(std::span<const uint8_t> packet
   }
   if (ucode == kCancelRequestCode) {
     int32_t pid = 0;
-    // Protocol 3.0 keys are 4 bytes; 3.2 allows up to 256 (PROTOCOL-NOTES 2.2).
+    // Protocol 3.0 keys are 4 bytes; 3.2 allows up to 256 (docs/architecture.md, "Cancel keys").
     if (!reader.ReadInt32(&pid) || reader.remaining() < 4 || reader.remaining() > 256) {
       return absl::InvalidArgumentError("invalid cancel request length");
     }

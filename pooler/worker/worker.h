@@ -23,7 +23,7 @@ namespace pgfleet::worker {
 
 struct WorkerOptions {
   std::string config_path;
-  // This worker's fleet-wide peer id (DESIGN.md cancel keys); 1 for a lone worker.
+  // This worker's fleet-wide peer id (docs/architecture.md, "Cancel keys"); 1 for a lone worker.
   uint32_t peer_id = 1;
   // Position among the pod's workers, for the static budget split.
   int slot = 0;

@@ -156,7 +156,8 @@ check_config() {  # check_config RENDERED: pgfleet --check-config on each pgflee
   done
 }
 
-# DESIGN.md's contract is `pgfleet --check-config FILE`. A binary whose flag library only knows
+# The command-line contract (docs/architecture.md, "Configuration") is
+# `pgfleet --check-config FILE`. A binary whose flag library only knows
 # the underscore spelling (absl: --check_config) still gets its verdict on the config, so this
 # test judges the chart's output; the spelling is reported once, for the C++ side to fix.
 CHECK_CONFIG_SPELLING_NOTE="$WORK/check-config-spelling"
@@ -337,7 +338,7 @@ fi
 
 echo
 if [[ -e $CHECK_CONFIG_SPELLING_NOTE ]]; then
-  echo "WARNING: $PGFLEET_BIN does not accept --check-config (the CLI contract in DESIGN.md);"
+  echo "WARNING: $PGFLEET_BIN does not accept --check-config (the CLI contract in docs/architecture.md);"
   echo "         the configs were checked with --check_config instead."
 fi
 if [[ $FAILED -gt 0 ]]; then

@@ -30,7 +30,7 @@ std::string ErrorOf(const std::string& text) {
   return std::string(config.status().message());
 }
 
-// The DESIGN.md example, verbatim.
+// The example in docs/architecture.md, "Configuration", verbatim.
 constexpr char kDesignExample[] = R"yaml(
 listen: {address: 127.0.0.1, port: 6432, unix_socket_dir: /tmp}
 workers: auto                 # or a number

@@ -1,6 +1,6 @@
-// The random-bytes loop for the whole codec (STYLE.md example 14): random and mutated valid input
-// fed to every parser must never crash or read out of bounds (run under ASan to check the
-// latter), and whatever a parser returns must point into its input.
+// The random-bytes loop for the whole codec (docs/architecture.md, "Tests"): random and mutated
+// valid input fed to every parser must never crash or read out of bounds (run under ASan to check
+// the latter), and whatever a parser returns must point into its input.
 #include <array>
 #include <cstdint>
 #include <random>
