@@ -3,6 +3,7 @@
 # 127.0.0.1:6432, and initialises a pgbench database, so you can at once run
 #   psql -h 127.0.0.1 -p 6432 -U postgres app
 #   pgbench -h 127.0.0.1 -p 6432 -U postgres -c 16 -T 10 app
+#   psql -h 127.0.0.1 -p 6432 -U postgres pgfleet    (the admin console: SHOW POOLS;)
 # `scripts/quickstart.sh stop` stops both. Run as root on Debian 12 (PostgreSQL itself runs as the
 # unprivileged postgres account).
 set -euo pipefail
@@ -66,6 +67,7 @@ pool:
   default_pool_size: 20
 auth:
   type: trust
+admin: {users: [postgres]}   # the quickstart user may open the admin console (database pgfleet)
 YAML
 "$BIN" --check-config "$STATE/pgfleet.yaml" >/dev/null
 nohup "$BIN" --config "$STATE/pgfleet.yaml" >"$STATE/pgfleet.log" 2>&1 &
@@ -79,6 +81,8 @@ cat <<MSG
 pgfleet is listening on 127.0.0.1:$PGFLEET_PORT in front of PostgreSQL on 127.0.0.1:$PG_PORT.
   psql -h 127.0.0.1 -p $PGFLEET_PORT -U postgres app
   pgbench -h 127.0.0.1 -p $PGFLEET_PORT -U postgres -c 16 -j 2 -T 10 app
+Admin console (try SHOW POOLS;):
+  psql -h 127.0.0.1 -p $PGFLEET_PORT -U postgres pgfleet
 Logs: $STATE/pgfleet.log  Config: $STATE/pgfleet.yaml
 Stop: scripts/quickstart.sh stop
 MSG
