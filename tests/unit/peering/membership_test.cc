@@ -1,0 +1,220 @@
+// The controller's membership in simulated time: blocks per pod, lease expiry and forgetting,
+// rejoin, leave, and the recovery of a restarted controller.
+#include "peering/controller/membership.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pooler/base/clock.h"
+#include "pooler/protocol/cancel_key.h"
+
+namespace pgfleet::peering::controller {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+constexpr absl::Duration kLease = absl::Seconds(4);
+constexpr absl::Duration kForget = absl::Seconds(20);
+
+JoinRequest Hello(const std::string& pod, uint32_t local, uint32_t peer_id = 0) {
+  JoinRequest hello;
+  hello.pod_id = pod;
+  hello.local_peer_id = local;
+  hello.peer_id = peer_id;
+  hello.address = pod + ":9128";
+  return hello;
+}
+
+std::vector<std::string> Keys(const std::vector<Membership::Expired>& expired) {
+  std::vector<std::string> out;
+  for (const auto& e : expired) out.push_back(e.key);
+  return out;
+}
+
+class MembershipTest : public ::testing::Test {
+ protected:
+  MembershipTest() : membership_(MembershipOptions{kLease, kForget, 1}) {
+    membership_.allocator().SetBudget("app", 10);
+    membership_.Start(clock_.Now());
+  }
+
+  Membership::Joined Join(const JoinRequest& hello) {
+    auto joined = membership_.Join(hello, clock_.Now());
+    EXPECT_TRUE(joined.has_value());
+    return joined.value_or(Membership::Joined{});
+  }
+  bool Report(const std::string& key, uint64_t seq = 1) {
+    return membership_.Report(key, seq, {DatabaseReport{"app", 10, 0, 0, 0, 1}}, clock_.Now());
+  }
+  const Membership::Member& Get(const std::string& key) {
+    const Membership::Member* member = membership_.Find(key);
+    EXPECT_NE(member, nullptr) << key;
+    static const Membership::Member kNone;
+    return member != nullptr ? *member : kNone;
+  }
+
+  base::FakeClock clock_;
+  Membership membership_;
+};
+
+TEST_F(MembershipTest, WorkersOfOnePodShareABlockAndPodsGetTheirOwn) {
+  auto a1 = Join(Hello("pod-a", 1));
+  auto a2 = Join(Hello("pod-a", 2));
+  auto b1 = Join(Hello("pod-b", 1));
+  EXPECT_EQ(a1.key, "pod-a/1");
+  EXPECT_FALSE(a1.rejoin);
+  EXPECT_NE(a1.block, 0u);
+  EXPECT_EQ(a2.block, a1.block);
+  EXPECT_NE(b1.block, a1.block);
+  EXPECT_EQ(a2.peer_id, protocol::MakePeerId(a1.block, 2));
+  EXPECT_EQ(membership_.pods().size(), 2u);
+  EXPECT_EQ(membership_.pods().at("pod-a").members.size(), 2u);
+}
+
+TEST_F(MembershipTest, MalformedHellosAreRefused) {
+  EXPECT_FALSE(membership_.Join(Hello("", 1), clock_.Now()).has_value());
+  EXPECT_FALSE(membership_.Join(Hello("pod", 0), clock_.Now()).has_value());
+  EXPECT_FALSE(
+      membership_.Join(Hello("pod", protocol::kMaxLocalPeerId + 1), clock_.Now()).has_value());
+  EXPECT_FALSE(
+      membership_.Join(Hello("pod", 2, protocol::MakePeerId(5, 3)), clock_.Now()).has_value());
+  EXPECT_TRUE(membership_.members().empty());
+  EXPECT_TRUE(Membership::IsValid(Hello("pod", 3, protocol::MakePeerId(5, 3))));
+}
+
+TEST_F(MembershipTest, LeaseExpiresAfterLeaseTimeoutOfSilence) {
+  Join(Hello("pod-a", 1));
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(Report("pod-a/1"));
+  clock_.Advance(kLease);  // exactly a lease of silence: still live
+  EXPECT_THAT(membership_.Tick(clock_.Now()).expired, IsEmpty());
+  EXPECT_FALSE(Get("pod-a/1").expired);
+  clock_.Advance(absl::Milliseconds(1));
+  auto outcome = membership_.Tick(clock_.Now());
+  EXPECT_THAT(Keys(outcome.expired), ElementsAre("pod-a/1"));
+  EXPECT_EQ(outcome.expired[0].silent, kLease + absl::Milliseconds(1));
+  EXPECT_TRUE(Get("pod-a/1").expired);
+  EXPECT_FALSE(membership_.allocator().IsLive(Get("pod-a/1").handle));
+  EXPECT_THAT(membership_.Tick(clock_.Now()).expired, IsEmpty());  // said once
+  // An expired member must rejoin: its reports and acks are refused.
+  EXPECT_FALSE(Report("pod-a/1", 2));
+  EXPECT_FALSE(membership_.Ack("pod-a/1", 1, {}));
+}
+
+TEST_F(MembershipTest, ExpiredMemberIsForgottenAndItsBlockReusedLast) {
+  const uint32_t block = Join(Hello("pod-a", 1)).block;
+  clock_.Advance(kForget);
+  EXPECT_THAT(membership_.Tick(clock_.Now()).forgotten, IsEmpty());
+  clock_.Advance(absl::Milliseconds(1));
+  auto outcome = membership_.Tick(clock_.Now());
+  EXPECT_THAT(outcome.forgotten, ElementsAre("pod-a/1"));
+  EXPECT_EQ(membership_.Find("pod-a/1"), nullptr);
+  EXPECT_TRUE(membership_.pods().empty());
+  EXPECT_NE(Join(Hello("pod-b", 1)).block, block);  // a never-used block first
+}
+
+TEST_F(MembershipTest, RejoinAfterExpiryRenewsTheLease) {
+  const auto first = Join(Hello("pod-a", 1));
+  clock_.Advance(kLease + absl::Milliseconds(1));
+  membership_.Tick(clock_.Now());
+  ASSERT_TRUE(Get("pod-a/1").expired);
+  membership_.Detach("pod-a/1");
+  EXPECT_FALSE(Get("pod-a/1").connected);
+  JoinRequest hello = Hello("pod-a", 1, first.peer_id);
+  hello.databases.push_back(DatabaseReport{"app", 10, 1, 1, 1, 0});
+  auto again = Join(hello);
+  EXPECT_TRUE(again.rejoin);
+  EXPECT_TRUE(again.reclaimed);
+  EXPECT_EQ(again.peer_id, first.peer_id);
+  EXPECT_TRUE(Get("pod-a/1").connected);
+  EXPECT_FALSE(Get("pod-a/1").expired);
+  EXPECT_EQ(Get("pod-a/1").handle, 1u);  // the same allocator id
+  EXPECT_TRUE(Report("pod-a/1"));
+  EXPECT_EQ(membership_.allocator().Share(1, "app")->cap, 1);
+}
+
+TEST_F(MembershipTest, LeaveWithNothingOpenRemovesWithServersOpenExpires) {
+  Join(Hello("pod-a", 1));
+  Join(Hello("pod-a", 2));
+  EXPECT_TRUE(membership_.Leave("pod-a/1", {DatabaseReport{"app", 10, 0, 0, 0, 0}}, clock_.Now()));
+  EXPECT_EQ(membership_.Find("pod-a/1"), nullptr);
+  EXPECT_FALSE(membership_.Leave("pod-a/2", {DatabaseReport{"app", 10, 1, 1, 1, 0}}, clock_.Now()));
+  EXPECT_TRUE(Get("pod-a/2").expired);
+  EXPECT_EQ(membership_.pods().size(), 1u);
+}
+
+TEST_F(MembershipTest, DetachedMembersAreNotGranted) {
+  Join(Hello("pod-a", 1));
+  Join(Hello("pod-b", 1));
+  clock_.Advance(kLease);
+  Report("pod-a/1");
+  Report("pod-b/1");
+  membership_.Tick(clock_.Now());  // recovery over: raises allowed
+  ASSERT_FALSE(membership_.recovering());
+  membership_.Detach("pod-b/1");
+  auto grants = membership_.Rebalance(clock_.Now());
+  ASSERT_EQ(grants.size(), 1u);
+  EXPECT_EQ(grants[0].key, "pod-a/1");
+  EXPECT_EQ(grants[0].report_seq, 1u);
+  EXPECT_GT(grants[0].raises, 0);
+  EXPECT_EQ(Get("pod-a/1").sent_caps.at("app"), grants[0].shares[0].cap);
+}
+
+TEST_F(MembershipTest, RecoveryWaitsForTheMembersOthersNamedOrALease) {
+  JoinRequest hello = Hello("pod-a", 1);
+  hello.known_members = {"pod-a/1", "pod-b/1"};
+  Join(hello);
+  EXPECT_EQ(membership_.awaited(), 1u);
+  auto outcome = membership_.Tick(clock_.Now());
+  EXPECT_FALSE(outcome.recovery_done);
+  EXPECT_TRUE(membership_.recovering());
+  EXPECT_EQ(membership_.allocator().Committed("app"), 1);       // min_share held back for pod-b/1
+  EXPECT_THAT(membership_.Rebalance(clock_.Now()), IsEmpty());  // nothing raised yet
+  Join(Hello("pod-b", 1));
+  outcome = membership_.Tick(clock_.Now());
+  EXPECT_TRUE(outcome.recovery_done);
+  EXPECT_FALSE(membership_.recovering());
+  EXPECT_EQ(membership_.awaited(), 0u);
+  EXPECT_FALSE(membership_.Rebalance(clock_.Now()).empty());
+}
+
+TEST_F(MembershipTest, RecoveryEndsAfterALeaseWhenSomeoneNeverReturns) {
+  JoinRequest hello = Hello("pod-a", 1);
+  hello.known_members = {"pod-a/1", "pod-gone/1"};
+  Join(hello);
+  clock_.Advance(kLease - absl::Milliseconds(1));
+  Report("pod-a/1");
+  EXPECT_FALSE(membership_.Tick(clock_.Now()).recovery_done);
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_TRUE(membership_.Tick(clock_.Now()).recovery_done);
+  EXPECT_EQ(membership_.awaited(), 1u);  // its floor stays reserved until forget_after
+  clock_.Set(membership_.started() + kForget);
+  Report("pod-a/1");
+  membership_.Tick(clock_.Now());
+  EXPECT_EQ(membership_.awaited(), 0u);
+}
+
+TEST_F(MembershipTest, RestartedControllerKeepsReportedBlocksUntilForgetAfter) {
+  JoinRequest hello = Hello("pod-a", 1, protocol::MakePeerId(1, 1));
+  hello.known_blocks = {1, 2};
+  EXPECT_EQ(Join(hello).block, 1u);
+  EXPECT_EQ(Join(Hello("pod-c", 1)).block, 3u);  // block 2 may still be pod-b's
+  clock_.Set(membership_.started() + kForget);
+  Report("pod-a/1");
+  Report("pod-c/1");
+  EXPECT_EQ(Join(Hello("pod-d", 1)).block, 2u);
+}
+
+TEST_F(MembershipTest, TwoPodsClaimingOneBlockAreBothKept) {
+  Join(Hello("pod-a", 1, protocol::MakePeerId(4, 1)));
+  auto b = Join(Hello("pod-b", 1, protocol::MakePeerId(4, 1)));
+  EXPECT_EQ(b.block, 4u);
+  EXPECT_EQ(b.conflict_holder, "pod-a");
+  EXPECT_EQ(membership_.pods().size(), 2u);
+}
+
+}  // namespace
+}  // namespace pgfleet::peering::controller
