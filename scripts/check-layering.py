@@ -305,9 +305,12 @@ class Layering:
     return sorted(set(problems))
 
 
-def read_rules(path):
+def read_rules(path, source):
   """[(file:line, target, forbidden library pattern, why)] from a rules file."""
   rules = []
+  shown = os.path.relpath(path, source)
+  if shown.startswith(".."):
+    shown = path
   with open(path) as f:
     for number, line in enumerate(f, 1):
       line = line.split("#", 1)[0].strip()
@@ -316,7 +319,7 @@ def read_rules(path):
       parts = line.split(None, 2)
       if len(parts) < 2:
         raise ValueError(f"{path}:{number}: expected 'target library why'")
-      rules.append((f"{os.path.relpath(path)}:{number}", parts[0], parts[1],
+      rules.append((f"{shown}:{number}", parts[0], parts[1],
                     parts[2] if len(parts) > 2 else "see the rules file"))
   return rules
 
@@ -341,7 +344,7 @@ def main():
     source_root, build_root, targets = read_codemodel(build)
     layering = Layering(source_root, build_root, targets, read_graph(dot))
     rules_path = args.rules or os.path.join(args.source, "scripts", "layering-rules.txt")
-    rules = read_rules(rules_path) if args.rules or os.path.exists(rules_path) else []
+    rules = read_rules(rules_path, args.source) if args.rules or os.path.exists(rules_path) else []
   except (ConfigureError, OSError, KeyError, ValueError) as e:
     print(f"check-layering: {e}", file=sys.stderr)
     return 2
