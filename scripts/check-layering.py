@@ -158,6 +158,8 @@ class Layering:
           if name in self.libraries:
             self.compiling_libraries.setdefault(os.path.dirname(path), set()).add(name)
     self._owners = {}
+    # Header-only headers given to the lowest of several libraries in their folder.
+    self.given_to_lowest = set()
 
   def _usage_closure(self, name):
     """`name` and what it links PUBLIC/INTERFACE, recursively."""
@@ -225,6 +227,7 @@ class Layering:
               n in self.links(other) for other in folder if other != n)]
           if len(lowest) == 1:
             result = ({lowest[0]}, None)
+            self.given_to_lowest.add(header)
           else:
             result = (set(folder), "its folder holds several libraries (%s) and none is linked "
                       "by the others: list it in one target's sources" % ", ".join(sorted(folder)))
@@ -300,8 +303,14 @@ class Layering:
         if owners & self.allowed[target]:
           continue
         owner_list = " or ".join(sorted(owners))
+        hint = ""
+        if path in self.given_to_lowest:
+          hint = (f" ({path} has no .cc and its folder holds several libraries, so it counts as "
+                  f"the lowest one's, {target}'s; if it belongs to another, list it in that "
+                  f"library's sources)")
         problems.append(f"{where}: the header belongs to {owner_list}, which target {target} "
-                        f"does not link (directly, or through a PUBLIC/INTERFACE dependency)")
+                        f"does not link (directly, or through a PUBLIC/INTERFACE dependency)"
+                        f"{hint}")
     return sorted(set(problems))
 
 

@@ -23,6 +23,8 @@ add_library(low low/low.cc)
 add_library(seam INTERFACE mid/seam.h)
 add_library(mid mid/mid.cc)
 target_link_libraries(mid PUBLIC low seam)
+add_library(mid2 mid/mid2.cc)
+target_link_libraries(mid2 PUBLIC mid)
 add_library(top top/top.cc)
 target_link_libraries(top PRIVATE mid)
 add_library(other other/other.cc)
@@ -38,6 +40,8 @@ CLEAN = {
     "mid/seam.h": "#pragma once\n",
     "mid/mid.h": "#pragma once\n#include \"low/low.h\"\n#include \"mid/seam.h\"\n",
     "mid/mid.cc": "#include \"mid/mid.h\"\n",
+    "mid/mid2.cc": "#include \"mid/mid.h\"\n#include \"mid/extra.h\"\n",
+    "mid/extra.h": "#pragma once\n#include \"low/low.h\"\n",  # no .cc: the lowest's, mid's
     # mid links low PUBLIC: top may use low's headers; "absl/..." is not a repo header.
     "top/top.h": "#pragma once\n",
     "top/top.cc": "#include \"top/top.h\"\n#include \"low/util.h\"\n#include \"absl/x.h\"\n",
@@ -100,6 +104,14 @@ class CheckLayeringTest(unittest.TestCase):
     self.assert_violation(
         self.run_check({"mid/mid.h": "#pragma once\n#include \"other/other.h\"\n"}),
         "mid/mid.h:2: #include \"other/other.h\"", "belongs to other", "target mid")
+
+  def test_header_only_header_of_a_shared_folder_is_the_lowest_librarys(self):
+    # mid/extra.h counts as mid's (mid2 links mid), so it may not use what only mid2 links.
+    self.assert_violation(
+        self.run_check({"mid/extra.h": "#pragma once\n#include \"mid/mid2.h\"\n",
+                        "mid/mid2.h": "#pragma once\n"}),
+        "mid/extra.h:2: #include \"mid/mid2.h\"", "belongs to mid2", "target mid does not link",
+        "list it in that library's sources")
 
   def test_interface_library_owns_the_headers_it_lists(self):
     # seam.h sits in mid/ but is the INTERFACE library seam's: other must link seam, and mid
