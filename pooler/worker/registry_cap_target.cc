@@ -25,9 +25,8 @@ std::vector<RegistryCapTarget::Usage> RegistryCapTarget::Usages() {
       if (!db.has_value() || db->max_db_connections <= 0) continue;
       it = usages.emplace(name, Usage{name, db->max_db_connections, 0, 0}).first;
     }
-    it->second.demand +=
-        static_cast<int>(pool->active_server_count() + pool->login_server_count() +
-                         pool->testing_server_count() + pool->waiting_count());
+    it->second.demand += static_cast<int>(pool->active_server_count() + pool->login_server_count() +
+                                          pool->testing_server_count() + pool->waiting_count());
     capacity[name] +=
         config.EffectivePoolSize(pool->db()) + config.EffectiveReservePoolSize(pool->db());
   }
