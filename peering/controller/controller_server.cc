@@ -2,47 +2,13 @@
 #include "peering/controller/controller_server.h"
 
 #include <signal.h>
-#include <sys/signalfd.h>
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "pooler/base/log.h"
 #include "pooler/base/status_macros.h"
+#include "pooler/net/signal_watcher.h"
 
 namespace pgfleet::peering::controller {
-
-class ControllerServer::SignalHandler final : public net::IoHandler {
- public:
-  explicit SignalHandler(ControllerServer* server) : server_(server) {}
-  ~SignalHandler() override {
-    if (fd_ >= 0) close(fd_);
-  }
-  absl::Status Start() {
-    sigset_t mask;
-    sigemptyset(&mask);
-    for (int sig : {SIGHUP, SIGTERM, SIGINT}) sigaddset(&mask, sig);
-    sigprocmask(SIG_BLOCK, &mask, nullptr);
-    signal(SIGPIPE, SIG_IGN);
-    fd_ = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (fd_ < 0) return absl::InternalError("signalfd failed");
-    return server_->loop_.Add(fd_, this, EPOLLIN);
-  }
-  void OnIoEvent(uint32_t) override {
-    struct signalfd_siginfo info;
-    while (read(fd_, &info, sizeof(info)) == sizeof(info)) {
-      if (info.ssi_signo == SIGHUP) {
-        server_->Reload();
-      } else {
-        PGFLEET_LOG(kInfo, "shutdown_requested", "signal=", info.ssi_signo);
-        server_->loop_.Stop();
-      }
-    }
-  }
-
- private:
-  ControllerServer* server_;
-  int fd_ = -1;
-};
 
 absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Create(
     const std::string& config_path) {
@@ -50,7 +16,16 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Create(
   server->config_path_ = config_path;
   RETURN_IF_ERROR(server->loop_.Init());
   // Signals first, so that none arriving during start-up kills the process.
-  server->signals_ = std::make_unique<SignalHandler>(server.get());
+  ControllerServer* self = server.get();
+  server->signals_ = std::make_unique<net::SignalWatcher>(
+      server->loop_, std::vector<int>{SIGHUP, SIGTERM, SIGINT}, [self](int signo) {
+        if (signo == SIGHUP) {
+          self->Reload();
+        } else {
+          PGFLEET_LOG(kInfo, "shutdown_requested", "signal=", signo);
+          self->loop_.Stop();
+        }
+      });
   RETURN_IF_ERROR(server->signals_->Start());
   ASSIGN_OR_RETURN(config::Config config, config::LoadConfigFile(config_path));
   if (config.log.level == "debug") base::SetLogLevel(base::LogLevel::kDebug);

@@ -11,6 +11,7 @@
 #include "peering/controller/controller_service.h"
 #include "peering/credentials.h"
 #include "pooler/net/event_loop.h"
+#include "pooler/net/signal_watcher.h"
 
 namespace pgfleet::peering::controller {
 
@@ -24,7 +25,6 @@ class ControllerServer {
   [[nodiscard]] absl::Status Run();
 
  private:
-  class SignalHandler;
   ControllerServer() = default;
   void Reload();
 
@@ -34,7 +34,7 @@ class ControllerServer {
   std::unique_ptr<ControllerService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ControllerMetrics> metrics_;
-  std::unique_ptr<SignalHandler> signals_;
+  std::unique_ptr<net::SignalWatcher> signals_;
 };
 
 }  // namespace pgfleet::peering::controller

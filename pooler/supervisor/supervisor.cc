@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,48 +46,6 @@ std::string DescribeExit(int status) {
 }
 
 }  // namespace
-
-class Supervisor::SignalHandler final : public net::IoHandler {
- public:
-  explicit SignalHandler(Supervisor* s) : s_(s) {}
-  ~SignalHandler() override {
-    if (fd_ >= 0) close(fd_);
-  }
-  absl::Status Start() {
-    sigset_t mask;
-    sigemptyset(&mask);
-    for (int sig : {SIGCHLD, SIGHUP, SIGTERM, SIGINT, SIGUSR2}) sigaddset(&mask, sig);
-    sigprocmask(SIG_BLOCK, &mask, nullptr);
-    signal(SIGPIPE, SIG_IGN);
-    fd_ = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (fd_ < 0) return absl::InternalError("signalfd failed");
-    return s_->loop_.Add(fd_, this, EPOLLIN);
-  }
-  void OnIoEvent(uint32_t) override {
-    struct signalfd_siginfo info;
-    while (read(fd_, &info, sizeof(info)) == sizeof(info)) {
-      switch (info.ssi_signo) {
-        case SIGCHLD:
-          s_->ReapChildren();
-          break;
-        case SIGHUP:
-          PGFLEET_LOG(kInfo, "reload_requested", "workers=", s_->processes_.size());
-          s_->ForwardSignal(SIGHUP);
-          break;
-        case SIGUSR2:
-          s_->BeginRollingRestart("SIGUSR2");
-          break;
-        default:
-          s_->BeginShutdown(static_cast<int>(info.ssi_signo));
-          break;
-      }
-    }
-  }
-
- private:
-  Supervisor* s_;
-  int fd_ = -1;
-};
 
 // Waits for a new worker's one-byte "ready" on its pipe (EOF = it died first). Deleted through
 // ForgetReadyWatcher, never mid-batch.
@@ -143,7 +100,24 @@ void Supervisor::ReleaseRuntimeFiles() {
 absl::Status Supervisor::Init() {
   RETURN_IF_ERROR(loop_.Init());
   // Signals first: a SIGHUP during start-up must not kill the pod.
-  signals_ = std::make_unique<SignalHandler>(this);
+  signals_ = std::make_unique<net::SignalWatcher>(
+      loop_, std::vector<int>{SIGCHLD, SIGHUP, SIGTERM, SIGINT, SIGUSR2}, [this](int signo) {
+        switch (signo) {
+          case SIGCHLD:
+            ReapChildren();
+            break;
+          case SIGHUP:
+            PGFLEET_LOG(kInfo, "reload_requested", "workers=", processes_.size());
+            ForwardSignal(SIGHUP);
+            break;
+          case SIGUSR2:
+            BeginRollingRestart("SIGUSR2");
+            break;
+          default:
+            BeginShutdown(signo);
+            break;
+        }
+      });
   RETURN_IF_ERROR(signals_->Start());
   ASSIGN_OR_RETURN(config_, config::LoadConfigFile(options_.config_path));
   worker_count_ = ResolveWorkerCount(config_.workers);

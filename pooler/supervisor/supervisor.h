@@ -24,6 +24,7 @@
 #include "pooler/metrics/exporter.h"
 #include "pooler/metrics/snapshot_region.h"
 #include "pooler/net/event_loop.h"
+#include "pooler/net/signal_watcher.h"
 
 namespace pgfleet::supervisor {
 
@@ -58,7 +59,6 @@ class Supervisor {
     int ready_fd = -1;
     int metrics_slot = -1;  // its slot in the metrics SnapshotRegion (-1 = none)
   };
-  class SignalHandler;
   class ReadyWatcher;
 
   absl::Status CreateListeners();
@@ -92,7 +92,7 @@ class Supervisor {
   int unix_fd_ = -1;          // shared by all workers
   int budget_fd_ = -1;
   std::string runtime_dir_;
-  std::unique_ptr<SignalHandler> signals_;
+  std::unique_ptr<net::SignalWatcher> signals_;
   std::map<pid_t, Process> processes_;
   std::map<int, std::unique_ptr<ReadyWatcher>> ready_watchers_;  // by pid
   std::vector<absl::Duration> backoff_;                          // per slot

@@ -2,7 +2,6 @@
 #include "pooler/worker/worker.h"
 
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "pooler/base/log.h"
@@ -12,44 +11,6 @@
 #include "pooler/worker/registry_cap_target.h"
 
 namespace pgfleet::worker {
-
-class Worker::SignalHandler final : public net::IoHandler {
- public:
-  explicit SignalHandler(Worker* worker) : worker_(worker) {}
-  ~SignalHandler() override {
-    if (fd_ >= 0) close(fd_);
-  }
-  absl::Status Start() {
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGHUP);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    sigprocmask(SIG_BLOCK, &mask, nullptr);
-    signal(SIGPIPE, SIG_IGN);
-    fd_ = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (fd_ < 0) return absl::InternalError("signalfd failed");
-    return worker_->loop_.Add(fd_, this, EPOLLIN);
-  }
-  void OnIoEvent(uint32_t) override {
-    struct signalfd_siginfo info;
-    while (read(fd_, &info, sizeof(info)) == sizeof(info)) {
-      if (info.ssi_signo == SIGHUP) {
-        worker_->Reload();
-      } else if (worker_->shutting_down_) {
-        PGFLEET_LOG(kInfo, "shutdown_immediate", "signal=", info.ssi_signo);
-        worker_->registry_->CloseAll("server shutting down");
-        worker_->loop_.Stop();
-      } else {
-        worker_->BeginShutdown();
-      }
-    }
-  }
-
- private:
-  Worker* worker_;
-  int fd_ = -1;
-};
 
 absl::StatusOr<auth::Userlist> LoadUserlistFor(const config::Config& config) {
   if (config.auth.file.empty()) return auth::Userlist();
@@ -120,7 +81,18 @@ absl::Status Worker::Init() {
     RETURN_IF_ERROR(listener->Start());
     listeners_.push_back(std::move(listener));
   }
-  signals_ = std::make_unique<SignalHandler>(this);
+  signals_ = std::make_unique<net::SignalWatcher>(
+      loop_, std::vector<int>{SIGHUP, SIGTERM, SIGINT}, [this](int signo) {
+        if (signo == SIGHUP) {
+          Reload();
+        } else if (shutting_down_) {
+          PGFLEET_LOG(kInfo, "shutdown_immediate", "signal=", signo);
+          registry_->CloseAll("server shutting down");
+          loop_.Stop();
+        } else {
+          BeginShutdown();
+        }
+      });
   RETURN_IF_ERROR(signals_->Start());
   RETURN_IF_ERROR(StartPeering());
   RETURN_IF_ERROR(StartAdmin());

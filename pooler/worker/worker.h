@@ -16,6 +16,7 @@
 #include "pooler/config/config.h"
 #include "pooler/metrics/snapshot.h"
 #include "pooler/net/event_loop.h"
+#include "pooler/net/signal_watcher.h"
 #include "pooler/net/listener.h"
 #include "pooler/pool/pool_registry.h"
 
@@ -55,7 +56,6 @@ class Worker {
   pool::PoolRegistry& registry() { return *registry_; }
 
  private:
-  class SignalHandler;
   void Reload();
   absl::Status StartPeering();
   // Stats, metrics publishing and the admin console (worker_admin.cc).
@@ -72,7 +72,7 @@ class Worker {
   std::shared_ptr<const config::Config> config_;
   std::unique_ptr<pool::PoolRegistry> registry_;
   std::vector<std::unique_ptr<net::Listener>> listeners_;
-  std::unique_ptr<SignalHandler> signals_;
+  std::unique_ptr<net::SignalWatcher> signals_;
   std::unique_ptr<peering::WorkerFleet> fleet_;  // outlives the forwarder that uses it
   std::unique_ptr<peering::PeerDirectory> peers_;
   std::unique_ptr<peering::GrpcCancelForwarder> forwarder_;
