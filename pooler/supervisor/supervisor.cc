@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -90,9 +92,12 @@ void Supervisor::ReleaseRuntimeFiles() {
   if (budget_fd_ >= 0) close(budget_fd_);
   budget_fd_ = -1;
   if (!runtime_dir_.empty()) {
-    std::string cmd = absl::StrCat("rm -rf '", runtime_dir_, "'");
-    int ignored = system(cmd.c_str());
-    (void)ignored;
+    std::error_code error;
+    std::filesystem::remove_all(runtime_dir_, error);
+    if (error) {
+      PGFLEET_LOG(kWarning, "runtime_dir_not_removed", "dir=", runtime_dir_,
+                  " error=", base::LogQuote(error.message()));
+    }
     runtime_dir_.clear();
   }
 }
