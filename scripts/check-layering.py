@@ -53,7 +53,7 @@ LIBRARY_TYPES = {"STATIC_LIBRARY", "SHARED_LIBRARY", "OBJECT_LIBRARY", "MODULE_L
 CHECKED_TYPES = LIBRARY_TYPES | {"EXECUTABLE"}
 SOURCE_EXTS = (".cc", ".cpp", ".cxx", ".c")
 HEADER_EXTS = (".h", ".hh", ".hpp", ".inc")
-INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)')
 NODE_RE = re.compile(r'^\s*"(node\d+)"\s*\[\s*label\s*=\s*"([^"]*)"')
 EDGE_RE = re.compile(r'^\s*"(node\d+)"\s*->\s*"(node\d+)"\s*(?:\[\s*style\s*=\s*(\w+)\s*\])?')
 # cmake --graphviz draws target_link_libraries edges: PUBLIC solid, INTERFACE dashed, PRIVATE
@@ -234,11 +234,15 @@ class Layering:
     self._owners[header] = result
     return result
 
-  def resolve(self, including, spelling):
-    """('repo', path) | ('generated', target) | None for an #include "spelling"."""
+  def resolve(self, including, spelling, quoted=True):
+    """('repo', path) | ('generated', target) | None for an #include "spelling" (or <spelling>:
+    a repo header included with angle brackets is checked the same)."""
     if spelling in self.generated:
       return ("generated", self.generated[spelling])
-    for candidate in (spelling, os.path.join(os.path.dirname(including), spelling)):
+    candidates = [spelling]
+    if quoted:
+      candidates.append(os.path.join(os.path.dirname(including), spelling))
+    for candidate in candidates:
       path = os.path.normpath(candidate)
       if not path.startswith("..") and os.path.isfile(os.path.join(self.root, path)):
         return ("repo", path)
@@ -280,12 +284,13 @@ class Layering:
         m = INCLUDE_RE.match(line)
         if not m:
           continue
-        spelling = m.group(1)
-        resolved = self.resolve(path, spelling)
+        spelling = m.group(1) or m.group(2)
+        resolved = self.resolve(path, spelling, quoted=m.group(1) is not None)
         if resolved is None:
           continue
         kind, value = resolved
-        where = f"{path}:{number}: #include \"{spelling}\""
+        shown = f'"{spelling}"' if m.group(1) is not None else f"<{spelling}>"
+        where = f"{path}:{number}: #include {shown}"
         if kind == "generated":
           owners, ambiguity = {value}, None
         else:

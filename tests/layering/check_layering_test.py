@@ -90,6 +90,11 @@ class CheckLayeringTest(unittest.TestCase):
         self.run_check({"low/low.cc": "#include \"low/low.h\"\n// ok\n#include \"mid/mid.h\"\n"}),
         "low/low.cc:3: #include \"mid/mid.h\"", "belongs to mid", "target low does not link")
 
+  def test_angle_brackets_do_not_hide_a_repo_header(self):
+    self.assert_violation(
+        self.run_check({"low/low.cc": "#include <string>\n#include <mid/mid.h>\n"}),
+        "low/low.cc:2: #include <mid/mid.h>", "belongs to mid")
+
   def test_private_links_do_not_propagate(self):
     # app links top, top links mid PRIVATE: mid's headers are not app's.
     self.assert_violation(
