@@ -66,9 +66,14 @@ TEST_F(AdminTest, ShowAnswersForEveryWorkerUnderLoad) {
     RunCommand(absl::StrCat("pgbench -n -S -c 6 -j 2 -T 6 -h 127.0.0.1 -p ", fleet.port(),
                             " -U postgres postgres > ", out, " 2>&1; echo exit=$? >> ", out));
   });
-  std::this_thread::sleep_for(std::chrono::seconds(2));
   ConnPtr admin = Admin(fleet);
   constexpr int kPoolClients = 24 + 6;
+  // Until pgbench's clients have logged in.
+  WaitFor([&] {
+    auto pools = Rows(admin, "SHOW POOLS");
+    return pools.size() == 1 &&
+           Int(pools[0], "cl_active") + Int(pools[0], "cl_waiting") == kPoolClients;
+  });
   for (int round = 0; round < 3; ++round) {
     // SHOW POOLS sums the pool over the workers.
     auto pools = Rows(admin, "SHOW POOLS");
@@ -146,8 +151,12 @@ TEST_F(AdminTest, PauseDrainsAndResumeContinuesPgbench) {
     RunCommand(absl::StrCat("pgbench -n -c 8 -j 2 -T 7 -h 127.0.0.1 -p ", fleet.port(),
                             " -U postgres postgres > ", out, " 2>&1; echo exit=$? >> ", out));
   });
-  std::this_thread::sleep_for(std::chrono::seconds(2));
   ConnPtr admin = Admin(fleet);
+  // Until pgbench is running transactions through the pod.
+  WaitFor([&] {
+    auto totals = Rows(admin, "SHOW STATS_TOTALS");
+    return totals.size() == 1 && Int(totals[0], "xact_count") > 0;
+  });
   // PAUSE answers once no server is linked to a client on any worker.
   ResultPtr paused = Exec(admin, "PAUSE");
   ASSERT_EQ(PQresultStatus(paused.get()), PGRES_COMMAND_OK) << PQerrorMessage(admin.get());
@@ -210,11 +219,9 @@ TEST_F(AdminTest, ReloadReachesEveryWorker) {
   PgfleetProcess fleet(AdminConfig(2, 2));
   ConnPtr admin = Admin(fleet);
   // The port accepts as soon as one worker serves; wait (bounded) until both answer.
-  auto before = Rows(admin, "SHOW WORKERS");
-  for (int i = 0; i < 100 && before.size() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    before = Rows(admin, "SHOW WORKERS");
-  }
+  auto before = WaitFor([&] { return Rows(admin, "SHOW WORKERS"); },
+                        [](const std::vector<Row>& rows) { return rows.size() >= 2; },
+                        std::chrono::seconds(5));
   ASSERT_EQ(before.size(), 2u);
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // timestamps have 1 s steps
   fleet.RewriteConfig(AdminConfig(2, 6));
@@ -242,11 +249,9 @@ TEST_F(AdminTest, SiblingsAnswerWhenPeeringNeedsAToken) {
   PgfleetProcess fleet(
       absl::StrCat(AdminConfig(2, 2), "peering:\n  token_file: ", token_path, "\n"));
   ConnPtr admin = Admin(fleet);
-  std::vector<Row> workers;
-  for (int i = 0; i < 100 && workers.size() < 2; ++i) {
-    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    workers = Rows(admin, "SHOW WORKERS");
-  }
+  auto workers = WaitFor([&] { return Rows(admin, "SHOW WORKERS"); },
+                         [](const std::vector<Row>& rows) { return rows.size() >= 2; },
+                         std::chrono::seconds(5));
   ASSERT_EQ(workers.size(), 2u);
   for (auto& w : workers) EXPECT_EQ(w["state"], "ready");
   ResultPtr r = Exec(admin, "RECONNECT");

@@ -17,7 +17,12 @@ TEST_F(CancelTest, CancelStopsLongQueryWithinASecond) {
   auto c = Connect(fleet.ConnString());
   ASSERT_TRUE(Ok(c));
   ASSERT_EQ(PQsendQuery(c.get(), "SELECT pg_sleep(30)"), 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Until PostgreSQL runs it: a cancel that arrives earlier has no query to stop.
+  WaitFor([&] {
+    return pg().QueryValue(
+               "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+               "query = 'SELECT pg_sleep(30)'") != "0";
+  });
   const auto start = Clock::now();
   PGcancel* cancel = PQgetCancel(c.get());
   char err[256];

@@ -43,13 +43,20 @@ void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)
 // The controller's gauges are refreshed a few times a second: waits up to 3 s for `series` to
 // read `want`, and returns what it read last.
 double WaitForSample(const ControllerProcess& controller, const std::string& series, double want) {
-  double value = -1;
-  for (int i = 0; i < 30; ++i) {
-    value = controller.Sample(series);
-    if (value == want) break;
-    SleepMs(100);
+  return WaitFor([&] { return controller.Sample(series); },
+                 [&](double value) { return value == want; }, std::chrono::seconds(3));
+}
+
+// How many workers of `pod` have reported ready (each registers with the controller, if any,
+// and binds its peering port first).
+size_t WorkersReady(const PgfleetProcess& pod) {
+  const std::string log = pod.Log();
+  size_t ready = 0;
+  for (size_t at = log.find("event=worker_ready"); at != std::string::npos;
+       at = log.find("event=worker_ready", at + 1)) {
+    ++ready;
   }
-  return value;
+  return ready;
 }
 
 // Samples PostgreSQL's client backends every 50 ms on its own connection: the pods' server
@@ -231,16 +238,8 @@ class ControllerTest : public IntegrationTest {
     peering_ports_[name] = peering_port;
     // The client port accepts as soon as the supervisor binds it; wait for the workers, which
     // register with the controller and bind the peering port first.
-    for (int i = 0; i < 200; ++i) {
-      const std::string log = pod->Log();
-      size_t ready = 0;
-      for (size_t at = log.find("event=worker_ready"); at != std::string::npos;
-           at = log.find("event=worker_ready", at + 1)) {
-        ++ready;
-      }
-      if (ready >= static_cast<size_t>(workers)) break;
-      SleepMs(25);
-    }
+    WaitFor([&] { return WorkersReady(*pod) >= static_cast<size_t>(workers); },
+            std::chrono::seconds(5));
     return pod;
   }
 
@@ -552,13 +551,11 @@ int CancelAcrossPods(PgServer& pg, const PgfleetProcess& a, const PgfleetProcess
     EXPECT_TRUE(sessions.back()->Open(a.address(), a.port())) << a.Log().substr(0, 3000);
     EXPECT_TRUE(sessions.back()->SendQuery("SELECT pg_sleep(30)"));
   }
-  for (int i = 0; i < 200; ++i) {
-    if (pg.QueryValue("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
-                      "query = 'SELECT pg_sleep(30)'") == std::to_string(n)) {
-      break;
-    }
-    SleepMs(50);
-  }
+  WaitFor([&] {
+    return pg.QueryValue(
+               "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+               "query = 'SELECT pg_sleep(30)'") == std::to_string(n);
+  });
   std::vector<Clock::time_point> sent(n);
   for (int i = 0; i < n; ++i) {
     EXPECT_TRUE(sessions[i]->CancelVia(b.address(), b.port()));
@@ -640,7 +637,8 @@ TEST_F(ControllerTest, WithoutAControllerStaticPeersStillFindTheOwner) {
   };
   auto a = pod("127.0.0.2", port_a, absl::StrCat("127.0.0.3:", port_b));
   auto b = pod("127.0.0.3", port_b, absl::StrCat("127.0.0.2:", port_a));
-  SleepMs(500);  // the workers bind the peering ports after the client port
+  // The workers bind the peering ports after the client port, then report ready.
+  WaitFor([&] { return WorkersReady(*a) >= 2 && WorkersReady(*b) >= 2; });
   EXPECT_EQ(CancelAcrossPods(pg(), *a, *b, 20), 20) << b->Log().substr(0, 4000);
 }
 

@@ -94,12 +94,8 @@ TEST_F(FaultFleetTest, PostgresUnreachableAtStartThenServedOnceItComes) {
   EXPECT_EQ(HttpGet(fleet.metrics_port(), "/healthz"), 200);
   // Not ready for the right reason once the workers have reported (bounded: 10 s).
   std::string body;
-  int status = -1;
-  for (int i = 0; i < 100; ++i) {
-    status = HttpGet(fleet.metrics_port(), "/readyz", &body);
-    if (body.find("PostgreSQL") != std::string::npos) break;
-    std::this_thread::sleep_for(milliseconds(100));
-  }
+  const int status = WaitFor([&] { return HttpGet(fleet.metrics_port(), "/readyz", &body); },
+                             [&](int) { return body.find("PostgreSQL") != std::string::npos; });
   EXPECT_EQ(status, 503);
   EXPECT_THAT(body, HasSubstr("PostgreSQL is not reachable"));
   // A client that arrives during the outage waits for a server (bounded by
@@ -128,9 +124,8 @@ TEST_F(FaultFleetTest, PostgresUnreachableAtStartThenServedOnceItComes) {
     if (Ok(c) && Value(c, "SELECT 'up'") == "up") ++served;
   }
   EXPECT_EQ(served, 8) << fleet.Log().substr(0, 4000);
-  for (int i = 0; i < 50 && HttpGet(fleet.metrics_port(), "/readyz", &body) != 200; ++i) {
-    std::this_thread::sleep_for(milliseconds(100));
-  }
+  WaitFor([&] { return HttpGet(fleet.metrics_port(), "/readyz", &body) == 200; },
+          std::chrono::seconds(5));
   EXPECT_EQ(HttpGet(fleet.metrics_port(), "/readyz", &body), 200) << body;
   EXPECT_LT(Clock::now() - up, std::chrono::seconds(10));
 }
@@ -216,20 +211,18 @@ TEST_F(FaultFleetTest, WorkerKilledUnderLoadDropsOnlyItsOwnClients) {
   };
   // Bounded waits: every client busy, then after the kill every victim failed and every
   // survivor went on.
-  for (int i = 0; i < 100 && !all([](LoopClient& c) { return c.ok_before_kill >= 3; }); ++i) {
-    std::this_thread::sleep_for(milliseconds(50));
-  }
+  WaitFor([&] { return all([](LoopClient& c) { return c.ok_before_kill >= 3; }); },
+          std::chrono::seconds(5));
   killed_at = Clock::now();
   killed = true;
   ASSERT_EQ(kill(victim, SIGKILL), 0);
-  for (int i = 0; i < 100; ++i) {
-    if (all([&](LoopClient& c) {
+  WaitFor(
+      [&] {
+        return all([&](LoopClient& c) {
           return c.slot == victim_slot ? c.failed.load() : c.ok_after_kill >= 20;
-        })) {
-      break;
-    }
-    std::this_thread::sleep_for(milliseconds(50));
-  }
+        });
+      },
+      std::chrono::seconds(5));
   stop = true;
   for (auto& t : load) t.join();
 
@@ -248,12 +241,12 @@ TEST_F(FaultFleetTest, WorkerKilledUnderLoadDropsOnlyItsOwnClients) {
     }
   }
   // The supervisor restarts the worker; the port keeps serving.
-  std::vector<pid_t> after;
-  for (int i = 0; i < 100; ++i) {
-    after = WorkerPids(fleet.pid());
-    if (after.size() == 2 && std::find(after.begin(), after.end(), victim) == after.end()) break;
-    std::this_thread::sleep_for(milliseconds(50));
-  }
+  const std::vector<pid_t> after = WaitFor(
+      [&] { return WorkerPids(fleet.pid()); },
+      [&](const std::vector<pid_t>& pids) {
+        return pids.size() == 2 && std::find(pids.begin(), pids.end(), victim) == pids.end();
+      },
+      std::chrono::seconds(5));
   EXPECT_EQ(after.size(), 2u);
   EXPECT_THAT(after, ::testing::Not(::testing::Contains(victim)));
   EXPECT_THAT(after, ::testing::Contains(slot_pid[1 - victim_slot]));

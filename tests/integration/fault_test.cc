@@ -50,7 +50,8 @@ void RestartUnderLoadRecoversWithinTwoSeconds(PgServer& pg, std::chrono::millise
       }
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The load runs before PostgreSQL goes away.
+  WaitFor([&] { return successes.load() > 0; });
   pg.Stop();
   // Meanwhile every queued client makes pgfleet try (and fail) to connect, growing its backoff.
   std::this_thread::sleep_for(outage);
@@ -68,7 +69,7 @@ void RestartUnderLoadRecoversWithinTwoSeconds(PgServer& pg, std::chrono::millise
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const int before = successes.load();
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  WaitFor([&] { return successes.load() > before; });
   stop = true;
   for (auto& t : load) t.join();
   EXPECT_TRUE(served) << fleet.Log();

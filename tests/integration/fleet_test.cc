@@ -1,10 +1,15 @@
 // The fleet: N workers on one port, cancels forwarded to the owning worker, budgets split, a
 // killed worker restarted, and a rolling restart under load.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -40,12 +45,23 @@ std::vector<pid_t> WorkerPids(pid_t supervisor) {
 // The supervisor's port accepts before it has forked every worker (slower under the sanitizers):
 // the children of `supervisor` once there are `n` of them, or whatever there are after 5 s.
 std::vector<pid_t> WaitForWorkers(pid_t supervisor, size_t n) {
-  std::vector<pid_t> pids = WorkerPids(supervisor);
-  for (int i = 0; i < 100 && pids.size() < n; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    pids = WorkerPids(supervisor);
-  }
-  return pids;
+  return WaitFor([&] { return WorkerPids(supervisor); },
+                 [&](const std::vector<pid_t>& pids) { return pids.size() >= n; },
+                 std::chrono::seconds(5));
+}
+
+// True when nothing listens on 127.0.0.1:`port` any more (a plain TCP connect is refused).
+bool PortRefuses(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool refused = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0 &&
+                       errno == ECONNREFUSED;
+  close(fd);
+  return refused;
 }
 
 class FleetTest : public IntegrationTest {
@@ -60,13 +76,11 @@ class FleetTest : public IntegrationTest {
       EXPECT_EQ(PQsendQuery(conns.back().get(), "SELECT pg_sleep(30)"), 1);
     }
     // Wait until PostgreSQL runs all of them, so no cancel reaches a still-queued client.
-    for (int i = 0; i < 200; ++i) {
-      if (pg().QueryValue("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
-                          "query = 'SELECT pg_sleep(30)'") == std::to_string(n)) {
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    WaitFor([&] {
+      return pg().QueryValue(
+                 "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+                 "query = 'SELECT pg_sleep(30)'") == std::to_string(n);
+    });
     // Cancel every session through the shared port (each lands on whichever worker the kernel
     // picks), then collect results: a session counts when it stopped within 1 s of its cancel.
     std::vector<Clock::time_point> sent(conns.size());
@@ -131,10 +145,7 @@ TEST_F(FleetTest, KilledWorkerIsRestartedAndThePortKeepsServing) {
     if (Ok(c) && Value(c, "SELECT 'up'") == "up") ++ok;
   }
   EXPECT_EQ(ok, 40);
-  for (int i = 0; i < 100 && WorkerPids(fleet.pid()).size() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  auto after = WorkerPids(fleet.pid());
+  auto after = WaitForWorkers(fleet.pid(), 2);
   EXPECT_EQ(after.size(), 2u);
   EXPECT_THAT(after, ::testing::Not(::testing::Contains(workers[0])));
   EXPECT_THAT(fleet.Log(), HasSubstr("event=worker_died"));
@@ -148,7 +159,8 @@ TEST_F(FleetTest, SigtermRefusesNewClientsAndLetsOpenTransactionsFinish) {
   ASSERT_TRUE(ResultOk(Exec(in_transaction, "BEGIN")));
   ASSERT_TRUE(ResultOk(Exec(in_transaction, "CREATE TEMP TABLE drained (v int)")));
   fleet.Signal(SIGTERM);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The supervisor and then each worker close their copies of the listening sockets.
+  WaitFor([&] { return PortRefuses(fleet.port()); });
 
   // Not left waiting in a backlog until the drain ends: refused, within the second.
   const auto start = Clock::now();
@@ -162,11 +174,7 @@ TEST_F(FleetTest, SigtermRefusesNewClientsAndLetsOpenTransactionsFinish) {
   EXPECT_EQ(Value(in_transaction, "SELECT count(*) FROM drained"), "1");
   ASSERT_TRUE(ResultOk(Exec(in_transaction, "COMMIT")));
   // Then its client is closed between transactions and the fleet exits, long before the timeout.
-  bool exited = false;
-  for (int i = 0; i < 100 && !exited; ++i) {
-    exited = !fleet.Running();
-    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const bool exited = WaitFor([&] { return !fleet.Running(); }, std::chrono::seconds(5));
   EXPECT_TRUE(exited) << fleet.Log();
   EXPECT_FALSE(ResultOk(Exec(in_transaction, "SELECT 1")));
 }
@@ -177,11 +185,7 @@ TEST_F(FleetTest, SigtermClosesTransactionsStillOpenAtTheShutdownTimeout) {
   ASSERT_TRUE(ResultOk(Exec(in_transaction, "BEGIN")));
   const auto start = Clock::now();
   fleet.Signal(SIGTERM);
-  bool exited = false;
-  for (int i = 0; i < 200 && !exited; ++i) {
-    exited = !fleet.Running();
-    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const bool exited = WaitFor([&] { return !fleet.Running(); });
   EXPECT_TRUE(exited) << fleet.Log();
   EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(900));
   EXPECT_FALSE(ResultOk(Exec(in_transaction, "SELECT 1")));
@@ -197,18 +201,12 @@ bool ProcessGone(pid_t pid) {
 
 TEST_F(FleetTest, WorkersDoNotOutliveAKilledSupervisor) {
   PgfleetProcess fleet(FleetConfig(2));
-  std::vector<pid_t> workers;
-  for (int i = 0; i < 100 && workers.size() < 2; ++i) {
-    workers = WorkerPids(fleet.pid());
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const std::vector<pid_t> workers = WaitForWorkers(fleet.pid(), 2);
   ASSERT_EQ(workers.size(), 2u);
   fleet.Signal(SIGKILL);
   for (pid_t pid : workers) {
-    for (int i = 0; i < 200 && !ProcessGone(pid); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    EXPECT_TRUE(ProcessGone(pid)) << "worker " << pid << " outlived its supervisor";
+    EXPECT_TRUE(WaitFor([&] { return ProcessGone(pid); }))
+        << "worker " << pid << " outlived its supervisor";
   }
 }
 
@@ -278,12 +276,10 @@ TEST_F(FleetTest, RollingRestartUnderPgbenchLosesNothing) {
     }
     return true;
   };
-  for (int i = 0; i < 200; ++i) {
-    if (fleet.Log().find("event=rolling_restart_done") != std::string::npos && old_workers_gone()) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  WaitFor([&] {
+    return fleet.Log().find("event=rolling_restart_done") != std::string::npos &&
+           old_workers_gone();
+  });
   const std::string log = fleet.Log();
   EXPECT_THAT(log, HasSubstr("event=rolling_restart_done")) << log;
   EXPECT_TRUE(old_workers_gone()) << log;

@@ -406,7 +406,8 @@ TEST_F(HostileTest, CancelFloodFromOneAddressIsRateLimited) {
   std::thread flood([&] {
     while (!stop) SendBogusCancel(fleet.port(), sent++);
   });
-  std::this_thread::sleep_for(milliseconds(300));
+  // Until the flood has emptied the bucket and pgfleet refuses cancels from this address.
+  WaitFor([&] { return fleet.Log().find("event=cancel_rate_limited") != std::string::npos; });
   ASSERT_TRUE(CancelRunning(victim));
   ResultPtr slept(PQgetResult(victim.get()));
   stop = true;
@@ -417,7 +418,12 @@ TEST_F(HostileTest, CancelFloodFromOneAddressIsRateLimited) {
   // Once the bucket refills, cancels work again.
   std::this_thread::sleep_for(milliseconds(1100));
   ASSERT_EQ(PQsendQuery(victim.get(), "SELECT pg_sleep(10)"), 1);
-  std::this_thread::sleep_for(milliseconds(200));
+  // Until PostgreSQL runs it: a cancel that arrives earlier has no query to stop.
+  WaitFor([&] {
+    return pg().QueryValue(
+               "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+               "query = 'SELECT pg_sleep(10)'") != "0";
+  });
   const auto start = Clock::now();
   ASSERT_TRUE(CancelRunning(victim));
   ResultPtr canceled(PQgetResult(victim.get()));
@@ -455,8 +461,12 @@ TEST_F(HostileTest, ConcurrentLoginsOverTheCapAreRefused) {
   EXPECT_THAT(ErrorOf(refused), HasSubstr("too many logins in progress"));
   // A slot is given back when a stalled client goes away.
   stalled.pop_back();
-  std::this_thread::sleep_for(milliseconds(200));
-  auto admitted = Connect(fleet.ConnString("md5user", "postgres", "password=md5pass"));
+  // pgfleet gives the slot back once it has seen the hang-up: retry until it has.
+  ConnPtr admitted;
+  WaitFor([&] {
+    admitted = Connect(fleet.ConnString("md5user", "postgres", "password=md5pass"));
+    return Ok(admitted);
+  });
   ASSERT_TRUE(Ok(admitted)) << ErrorOf(admitted);
   // Finished logins hold no slot: more clients get in one after another.
   for (int i = 0; i < 3; ++i) {
@@ -551,7 +561,7 @@ TEST_F(HbaTest, RulesAllowAndDenyAsWritten) {
       "host all scramuser 127.0.0.0/8 scram-sha-256\n"
       "host all postgres  127.0.0.1 255.255.255.255 reject\n");
   fleet->Signal(SIGHUP);
-  std::this_thread::sleep_for(milliseconds(300));
+  WaitFor([&] { return fleet->Log().find("event=reloaded") != std::string::npos; });
   auto scram = Connect(fleet->ConnString("scramuser", "postgres", "password=scrampass"));
   ASSERT_TRUE(Ok(scram)) << ErrorOf(scram) << fleet->Log();
   EXPECT_EQ(Value(scram, "SELECT current_user"), "scramuser");
@@ -564,7 +574,7 @@ TEST_F(HbaTest, RulesAllowAndDenyAsWritten) {
   // A broken file is refused on reload and the rules in force stay.
   WriteHba("host all all all password\n");
   fleet->Signal(SIGHUP);
-  std::this_thread::sleep_for(milliseconds(300));
+  WaitFor([&] { return fleet->Log().find("event=reload_failed") != std::string::npos; });
   auto still = Connect(fleet->ConnString("scramuser", "postgres", "password=scrampass"));
   EXPECT_TRUE(Ok(still)) << ErrorOf(still);
   const std::string log = fleet->Log();

@@ -81,13 +81,8 @@ std::map<std::string, double> Scrape(const PgfleetProcess& fleet) {
 
 // Waits until /readyz answers `status` (bounded), returns the last status.
 int WaitForReadyz(const PgfleetProcess& fleet, int status, std::string* body = nullptr) {
-  int got = -1;
-  for (int i = 0; i < 100; ++i) {
-    got = HttpGet(fleet.metrics_port(), "/readyz", body);
-    if (got == status) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return got;
+  return WaitFor([&] { return HttpGet(fleet.metrics_port(), "/readyz", body); },
+                 [&](int got) { return got == status; });
 }
 
 class MetricsTest : public IntegrationTest {};
@@ -133,10 +128,22 @@ TEST_F(MetricsTest, EveryMetricIsServedAndMatchesTheConsole) {
   ASSERT_EQ(RunCommand(absl::StrCat("pgbench -n -S -c 4 -j 2 -t 300 -h 127.0.0.1 -p ", fleet.port(),
                                     " -U postgres postgres >/dev/null 2>&1")),
             0);
-  // Workers publish every 500 ms.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-  const auto samples = Scrape(fleet);
   namespace n = metrics::names;
+  ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+  ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
+  // Workers publish every 500 ms: scrape until what they published has caught up with the
+  // console's live totals (the load is over, so those no longer move).
+  auto console_transactions = [&] {
+    ResultPtr totals = Exec(admin, "SHOW STATS_TOTALS");
+    if (PQntuples(totals.get()) != 1) return std::string("<none>");
+    return std::string(PQgetvalue(totals.get(), 0, PQfnumber(totals.get(), "xact_count")));
+  };
+  const auto samples = WaitFor(
+      [&] { return Scrape(fleet); },
+      [&](const std::map<std::string, double>& s) {
+        return std::to_string(static_cast<int64_t>(Sum(s, std::string(n::kStatsTransactions)))) ==
+               console_transactions();
+      });
   for (std::string_view name : {n::kBuildInfo,
                                 n::kUp,
                                 n::kWorkers,
@@ -178,8 +185,6 @@ TEST_F(MetricsTest, EveryMetricIsServedAndMatchesTheConsole) {
   EXPECT_EQ(Sum(samples, std::string(n::kBudgetMaxDbConnections)), 40);
   EXPECT_EQ(Sum(samples, std::string(n::kBudgetShare)), 40);  // 20 + 20: the pod's split
   // Per-worker series add up to the console's pod totals.
-  ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
-  ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
   const double transactions = Sum(samples, std::string(n::kStatsTransactions));
   EXPECT_GE(transactions, 1200);
   ResultPtr totals = Exec(admin, "SHOW STATS_TOTALS");
@@ -204,8 +209,12 @@ TEST_F(MetricsTest, CountersSurviveAWorkerRestart) {
     ASSERT_EQ(Value(conns.back(), "SELECT 1"), "1");
   }
   conns.clear();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-  const auto before = Scrape(fleet);
+  // Workers publish every 500 ms.
+  const auto before =
+      WaitFor([&] { return Scrape(fleet); },
+              [](const std::map<std::string, double>& s) {
+                return Sum(s, std::string(metrics::names::kClientConnections)) >= 16;
+              });
   const double accepted = Sum(before, std::string(metrics::names::kClientConnections));
   EXPECT_GE(accepted, 16);
   std::vector<pid_t> workers;
@@ -216,12 +225,11 @@ TEST_F(MetricsTest, CountersSurviveAWorkerRestart) {
   ASSERT_EQ(workers.size(), 2u);
   kill(workers[0], SIGKILL);
   EXPECT_EQ(WaitForReadyz(fleet, 200), 200);  // the replacement reports ready
-  std::map<std::string, double> after;
-  for (int i = 0; i < 50; ++i) {
-    after = Scrape(fleet);
-    if (Sum(after, std::string(metrics::names::kWorkerRestarts)) >= 1) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const auto after = WaitFor([&] { return Scrape(fleet); },
+                             [](const std::map<std::string, double>& s) {
+                               return Sum(s, std::string(metrics::names::kWorkerRestarts)) >= 1;
+                             },
+                             std::chrono::seconds(5));
   EXPECT_EQ(Sum(after, std::string(metrics::names::kWorkerRestarts)), 1);
   // The dead worker's counters stay with its slot: pod totals never go backwards.
   EXPECT_GE(Sum(after, std::string(metrics::names::kClientConnections)), accepted);
@@ -272,11 +280,8 @@ TEST_F(MetricsTest, PrometheusEvaluatesEveryDashboardAndAlertQuery) {
       waitpid(pid, nullptr, 0);
     }
   } reaper{prom};
-  bool ready = false;
-  for (int i = 0; i < 150 && !ready; ++i) {
-    ready = HttpGet(prom_port, "/-/ready") == 200;
-    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const bool ready =
+      WaitFor([&] { return HttpGet(prom_port, "/-/ready") == 200; }, std::chrono::seconds(15));
   ASSERT_TRUE(ready) << RunCommandOutput("cat " + dir + "/prometheus.log");
   // Load, an error (errors_total by class) and a cancel, then let Prometheus scrape a while.
   ConnPtr c = Connect(fleet.ConnString());

@@ -35,9 +35,13 @@ TEST_F(TimeoutsTest, QueryTimeoutEndsLongQuery) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
   EXPECT_THAT(ErrorOf(c), HasSubstr("query_timeout"));
   // The backend was cancelled, not left sleeping behind a closed socket.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(pg().QueryValue("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
-                            "query = 'SELECT pg_sleep(10)'"),
+  EXPECT_EQ(WaitFor(
+                [&] {
+                  return pg().QueryValue(
+                      "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+                      "query = 'SELECT pg_sleep(10)'");
+                },
+                [](const std::string& n) { return n == "0"; }),
             "0");
   auto d = Connect(fleet.ConnString());
   EXPECT_EQ(Value(d, "SELECT 'next'"), "next");
@@ -47,7 +51,8 @@ TEST_F(TimeoutsTest, IdleTransactionTimeoutClosesIdleInTransactionClient) {
   PgfleetProcess fleet(PoolConfig("transaction", 1, "  idle_transaction_timeout: 300ms\n"));
   auto c = Connect(fleet.ConnString());
   ASSERT_TRUE(ResultOk(Exec(c, "BEGIN")));
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  // The client stays idle in its transaction until pgfleet closes it.
+  WaitFor([&] { return fleet.Log().find("idle_transaction_timeout") != std::string::npos; });
   EXPECT_FALSE(ResultOk(Exec(c, "SELECT 1")));
   auto d = Connect(fleet.ConnString());
   EXPECT_EQ(Value(d, "SELECT 'freed'"), "freed");
@@ -57,7 +62,8 @@ TEST_F(TimeoutsTest, ClientIdleTimeoutClosesIdleClient) {
   PgfleetProcess fleet(PoolConfig("transaction", 1, "  client_idle_timeout: 300ms\n"));
   auto c = Connect(fleet.ConnString());
   ASSERT_EQ(Value(c, "SELECT 1"), "1");
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  // The client stays idle until pgfleet closes it.
+  WaitFor([&] { return fleet.Log().find("client_idle_timeout") != std::string::npos; });
   EXPECT_FALSE(ResultOk(Exec(c, "SELECT 1")));
   EXPECT_THAT(fleet.Log(), HasSubstr("client_idle_timeout"));
 }
@@ -66,8 +72,7 @@ TEST_F(TimeoutsTest, MinPoolSizeOpensServersAhead) {
   PgfleetProcess fleet(PoolConfig("transaction", 5, "  min_pool_size: 3\n"));
   auto c = Connect(fleet.ConnString());
   ASSERT_EQ(Value(c, "SELECT 1"), "1");
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EXPECT_EQ(ServerConnections(), 3);
+  EXPECT_EQ(WaitFor([&] { return ServerConnections(); }, [](int n) { return n >= 3; }), 3);
 }
 
 TEST_F(TimeoutsTest, ServerIdleTimeoutClosesUnusedServers) {
@@ -75,8 +80,7 @@ TEST_F(TimeoutsTest, ServerIdleTimeoutClosesUnusedServers) {
   auto c = Connect(fleet.ConnString());
   ASSERT_EQ(Value(c, "SELECT 1"), "1");
   EXPECT_EQ(ServerConnections(), 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
-  EXPECT_EQ(ServerConnections(), 0);
+  EXPECT_EQ(WaitFor([&] { return ServerConnections(); }, [](int n) { return n == 0; }), 0);
   EXPECT_EQ(Value(c, "SELECT 2"), "2");
 }
 
@@ -114,13 +118,13 @@ TEST_F(TimeoutsTest, ServerLifetimeRetiresServersBetweenTransactionsOnly) {
   const std::string second = Value(c, "SELECT pg_backend_pid()");
   EXPECT_NE(second, first);
   // pgfleet closed the old one (its backend exits a moment after the Terminate).
-  std::string old_backends;
-  for (int i = 0; i < 40; ++i) {
-    old_backends = pg().QueryValue("SELECT count(*) FROM pg_stat_activity WHERE pid = " + first);
-    if (old_backends == "0") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(old_backends, "0");
+  EXPECT_EQ(
+      WaitFor(
+          [&] {
+            return pg().QueryValue("SELECT count(*) FROM pg_stat_activity WHERE pid = " + first);
+          },
+          [](const std::string& n) { return n == "0"; }, std::chrono::seconds(2)),
+      "0");
 }
 
 // The check query bumps a session counter on the server, so the test sees each check run.

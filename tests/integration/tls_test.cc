@@ -144,12 +144,9 @@ TEST_F(TlsTest, SighupRotatesTheCertificate) {
 
   certs().IssueServerCert("second-cert", cert, key);
   fleet.Signal(SIGHUP);
-  std::string subject;
-  for (int i = 0; i < 100; ++i) {
-    subject = PresentedSubject(fleet);
-    if (subject.find("second-cert") != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const std::string subject =
+      WaitFor([&] { return PresentedSubject(fleet); },
+              [](const std::string& s) { return s.find("second-cert") != std::string::npos; });
   EXPECT_THAT(subject, HasSubstr("CN = second-cert")) << fleet.Log();
   // Sessions on the old certificate carry on.
   EXPECT_EQ(Value(before, "SELECT 'still here'"), "still here");
@@ -157,9 +154,8 @@ TEST_F(TlsTest, SighupRotatesTheCertificate) {
   // A broken certificate file keeps the last good one and says why.
   std::ofstream(cert) << "not a certificate\n";
   fleet.Signal(SIGHUP);
-  for (int i = 0; i < 100 && fleet.Log().find("event=reload_failed") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  WaitFor([&] { return fleet.Log().find("event=reload_failed") != std::string::npos; },
+          std::chrono::seconds(5));
   EXPECT_THAT(fleet.Log(), HasSubstr("tls.client_tls_*: cannot load certificate"));
   EXPECT_THAT(PresentedSubject(fleet), HasSubstr("CN = second-cert"));
   RunCommand("rm -rf " + dir);

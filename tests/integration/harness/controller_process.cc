@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/harness/pg_server.h"
 #include "tests/integration/harness/sanitizer_report.h"
+#include "tests/integration/harness/wait.h"
 
 namespace pgfleet::testing {
 
@@ -45,9 +46,7 @@ ControllerProcess::~ControllerProcess() {
   if (pid_ > 0) {
     kill(pid_, SIGCONT);
     kill(pid_, SIGTERM);
-    for (int i = 0; i < 40 && Running(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    WaitFor([&] { return !Running(); }, std::chrono::seconds(2), std::chrono::milliseconds(50));
     Kill();
   }
   if (const std::string report = SanitizerReport(Log()); !report.empty()) {
@@ -71,14 +70,15 @@ void ControllerProcess::Start() {
     _exit(127);
   }
   ++starts_;
-  for (int i = 0; i < 200; ++i) {
-    if (RunCommand(absl::StrCat("bash -c 'exec 3<>/dev/tcp/127.0.0.1/", port_, "' 2>/dev/null")) ==
-        0) {
-      return;
-    }
-    if (!Running()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
+  bool accepting = false;
+  WaitFor(
+      [&] {
+        accepting = RunCommand(absl::StrCat("bash -c 'exec 3<>/dev/tcp/127.0.0.1/", port_,
+                                            "' 2>/dev/null")) == 0;
+        return accepting || !Running();
+      },
+      std::chrono::seconds(5), std::chrono::milliseconds(25));
+  if (accepting) return;
   std::fprintf(stderr, "pgfleet-controller did not start; log:\n%s\n", Log().c_str());
 }
 

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness/sanitizer_report.h"
+#include "tests/integration/harness/wait.h"
 
 namespace pgfleet::testing {
 namespace {
@@ -167,14 +168,13 @@ void PgServer::EnableTls(const std::string& cert_file, const std::string& key_fi
                          ReadFile(absl::StrCat(data, "/pg_hba.conf"))));
   RunAsOwner(absl::StrCat(bindir_, "/pg_ctl -D ", data, " reload >/dev/null"));
   // Reload is asynchronous: wait until a TLS connection works.
-  for (int i = 0; i < 100; ++i) {
-    if (RunCommand(absl::StrCat("psql -X -At 'host=127.0.0.1 port=", port_,
-                                " user=postgres dbname=postgres sslmode=require' -c 'SELECT 1' "
-                                ">/dev/null 2>&1")) == 0) {
-      break;
-    }
-    usleep(50 * 1000);
-  }
+  WaitFor(
+      [&] {
+        return RunCommand(absl::StrCat("psql -X -At 'host=127.0.0.1 port=", port_,
+                                       " user=postgres dbname=postgres sslmode=require' -c "
+                                       "'SELECT 1' >/dev/null 2>&1")) == 0;
+      },
+      std::chrono::seconds(5), std::chrono::milliseconds(50));
   Exec(
       "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tlsonly') THEN "
       "CREATE ROLE tlsonly LOGIN PASSWORD 'tlspass'; END IF; END $$");

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/harness/pg_server.h"
 #include "tests/integration/harness/sanitizer_report.h"
+#include "tests/integration/harness/wait.h"
 
 namespace pgfleet::testing {
 
@@ -45,15 +46,16 @@ PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string
     execl(bin.c_str(), bin.c_str(), "--config", config_path_.c_str(), nullptr);
     _exit(127);
   }
-  // Ready when the TCP port accepts (bounded wait).
-  for (int i = 0; i < 200; ++i) {
-    if (RunCommand(absl::StrCat("bash -c 'exec 3<>/dev/tcp/", address_, "/", port_,
-                                "' 2>/dev/null")) == 0) {
-      return;
-    }
-    if (!Running()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
+  // Ready when the TCP port accepts (bounded wait; not for a process that already exited).
+  bool accepting = false;
+  WaitFor(
+      [&] {
+        accepting = RunCommand(absl::StrCat("bash -c 'exec 3<>/dev/tcp/", address_, "/", port_,
+                                            "' 2>/dev/null")) == 0;
+        return accepting || !Running();
+      },
+      std::chrono::seconds(5), std::chrono::milliseconds(25));
+  if (accepting) return;
   std::fprintf(stderr, "pgfleet did not start; log:\n%s\n", Log().c_str());
 }
 
@@ -105,12 +107,10 @@ int PgfleetProcess::Stop(int timeout_s) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
   int status = 0;
-  for (int i = 0; i < timeout_s * 20; ++i) {
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (WaitFor([&] { return waitpid(pid_, &status, WNOHANG) == pid_; },
+              std::chrono::seconds(timeout_s), std::chrono::milliseconds(50))) {
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   kill(pid_, SIGKILL);
   waitpid(pid_, &status, 0);
