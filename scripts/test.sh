@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs every test of pgfleet on a Debian 12 machine: installs what it needs (as root), builds with
-# g++ and warnings as errors (build-test: unit tests, then real drivers, the pgbench soak and the
-# Helm/manifest checks against that pgfleet), builds again with clang, ASan and UBSan (build-asan:
-# unit tests, and integration tests against a real PostgreSQL that the harness starts itself),
-# and runs each libFuzzer target of that build for a bounded time.
+# Runs every test of pgfleet on a Debian 12 machine: installs what it needs (as root), checks the
+# layering (scripts/check-layering.py: no include of a library that the target does not link),
+# builds with g++ and warnings as errors (build-test: unit tests, then real drivers, the pgbench
+# soak and the Helm/manifest checks against that pgfleet), builds again with clang, ASan and UBSan
+# (build-asan: unit tests, and integration tests against a real PostgreSQL that the harness starts
+# itself), and runs each libFuzzer target of that build for a bounded time.
 #
 #   scripts/test.sh            # everything
 #   SKIP_INSTALL=1 scripts/test.sh
