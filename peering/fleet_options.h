@@ -1,7 +1,7 @@
-// The typed `peering:` and `controller:` sections of pgfleet.yaml. The config loader keeps both as
-// flattened maps ("tls.cert_file" -> "/x", "static_peers.0" -> "10.0.0.2:9128"); this is where
-// they get a schema, with errors that name the key, shared by the workers, pgfleet-controller and
-// `pgfleet --check-config`.
+// The `peering:` and `controller:` sections of pgfleet.yaml, as the peering code uses them. The
+// config loader reads them into typed structs (pooler/config/config.h) and checks them with the
+// rest of the config, so errors name the file, the key and the line; this is the one place the
+// workers, pgfleet-controller and `pgfleet --check-config` take them from.
 //
 //   peering:
 //     runtime_dir: /run/pgfleet        # where the supervisor makes the pod's socket directory
@@ -32,37 +32,9 @@
 
 namespace pgfleet::peering {
 
-struct TlsOptions {
-  std::string cert_file;  // this endpoint's certificate (PEM); set = TLS on
-  std::string key_file;
-  std::string ca_file;  // the CA that signs every peer; clients must present a certificate
-  std::string server_name = "pgfleet";  // the name peers' certificates are checked against
-  bool enabled() const { return !cert_file.empty(); }
-};
-
-struct PeeringOptions {
-  std::string runtime_dir;
-  std::string listen;
-  std::string advertise_address;
-  std::string advertise_address_env;
-  std::string token_file;
-  TlsOptions tls;
-  std::vector<std::string> static_peers;
-  std::string discovery_dns;
-  absl::Duration discovery_interval = absl::Seconds(10);
-  bool forward_cancels = true;  // a test-only switch: false shows what forwarding is for
-};
-
-struct ControllerOptions {
-  std::string address;
-  std::string listen;
-  absl::Duration lease_timeout = absl::Seconds(15);
-  absl::Duration renew_interval = absl::Seconds(1);
-  absl::Duration forget_after = absl::Minutes(5);
-  absl::Duration register_timeout = absl::Seconds(5);
-  int min_share = 1;
-  bool enabled() const { return !address.empty(); }
-};
+using TlsOptions = config::PeeringTlsConfig;
+using PeeringOptions = config::PeeringConfig;
+using ControllerOptions = config::ControllerConfig;
 
 struct FleetOptions {
   PeeringOptions peering;
@@ -71,10 +43,11 @@ struct FleetOptions {
   std::vector<std::string> warnings;
 };
 
-// Reads and checks both sections. Errors are InvalidArgument, one line per problem, each naming
-// the file and the key: "/etc/pgfleet.yaml: controller.lease_timeout: must be at least 3 x
-// controller.renew_interval". Files (token, certificates) are not read here, so a config can be
-// checked away from the pod; LoadToken and the credentials do that at start.
+// Both sections, checked again (a Config may have been built in code), with the warnings the
+// loader kept. Errors are InvalidArgument, one line per problem, each naming the file and the key:
+// "/etc/pgfleet.yaml: controller.lease_timeout: must be at least 3 x controller.renew_interval".
+// Files (token, certificates) are not read here, so a config can be checked away from the pod;
+// LoadToken and the credentials do that at start.
 absl::StatusOr<FleetOptions> ParseFleetOptions(const config::Config& config);
 
 // The advertised peering address: advertise_address, else the host from advertise_address_env

@@ -153,6 +153,42 @@ struct LogConfig {
   bool log_disconnections = true;
 };
 
+// `peering:` (peering/fleet_options.h shows every key): how this pod's workers and other pods
+// reach each other to forward cancels.
+struct PeeringTlsConfig {
+  std::string cert_file;  // this endpoint's certificate (PEM); set = TLS on
+  std::string key_file;
+  std::string ca_file;  // the CA that signs every peer; clients must present a certificate
+  std::string server_name = "pgfleet";  // the name peers' certificates are checked against
+  bool enabled() const { return !cert_file.empty(); }
+};
+
+struct PeeringConfig {
+  std::string runtime_dir;  // empty = /tmp
+  std::string listen;       // host:port, empty = no port for other pods
+  std::string advertise_address;
+  std::string advertise_address_env;
+  std::string token_file;
+  PeeringTlsConfig tls;
+  std::vector<std::string> static_peers;  // host:port each
+  std::string discovery_dns;
+  absl::Duration discovery_interval = absl::Seconds(10);
+  bool forward_cancels = true;  // a test-only switch: false shows what forwarding is for
+};
+
+// `controller:`: pgfleet-controller's address (workers) and listen address (the controller), and
+// the lease timings.
+struct ControllerConfig {
+  std::string address;
+  std::string listen;
+  absl::Duration lease_timeout = absl::Seconds(15);
+  absl::Duration renew_interval = absl::Seconds(1);
+  absl::Duration forget_after = absl::Minutes(5);
+  absl::Duration register_timeout = absl::Seconds(5);
+  int min_share = 1;
+  bool enabled() const { return !address.empty(); }
+};
+
 struct Config {
   std::string source_path;  // the file this came from, for error messages and reload
   ListenConfig listen;
@@ -165,11 +201,12 @@ struct Config {
   AdminConfig admin;
   MetricsConfig metrics;
   LogConfig log;
-  // `peering:` and `controller:` sections, which later issues give a schema. Until then any
-  // mapping is accepted and kept flattened ("tls.cert_file" -> "/x", "static_peers.0" -> "a:1"),
-  // so a reload can at least tell that they changed.
-  std::map<std::string, std::string> peering;
-  std::map<std::string, std::string> controller;
+  PeeringConfig peering;
+  ControllerConfig controller;
+  // Problems that do not stop the load, one line each naming the key: unknown keys under
+  // `peering:` ("peering.unix_socket_dir: unknown key, ignored"), so that configs written for
+  // older versions still load.
+  std::vector<std::string> warnings;
 
   // The entry for `client_dbname`: an exact match, else "*" with dbname filled in, else null.
   // An empty `dbname` is filled with the entry's name (or `client_dbname` for "*"); a "*" match
@@ -199,6 +236,9 @@ absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string
 // auth.file or auth.query), for a Config built or edited in code. Errors name `source_path`
 // and the key, one problem per line.
 [[nodiscard]] absl::Status ValidateConfig(const Config& config);
+// Only the checks of the `peering:` and `controller:` sections (part of ValidateConfig), for the
+// processes that use them on a Config that may have been built in code.
+[[nodiscard]] absl::Status ValidateFleetSections(const Config& config);
 
 // Parses "500ms", "30s", "5m", "1h", "2d", or a bare number of seconds ("0" = zero); a decimal
 // fraction ("1.5s") and "us" are accepted too. Junk, negative or overflowing values are

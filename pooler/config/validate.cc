@@ -175,7 +175,57 @@ void CheckTls(const TlsConfig& tls, std::vector<Issue>& issues) {
   }
 }
 
+void CheckHostPort(std::vector<Issue>& issues, const std::string& key, const std::string& value) {
+  if (!value.empty() && !IsHostPort(value)) {
+    Add(issues, key, absl::StrCat("expected host:port, got \"", value, "\""));
+  }
+}
+
+void CheckPeering(const PeeringConfig& p, std::vector<Issue>& issues) {
+  CheckHostPort(issues, "peering.listen", p.listen);
+  CheckHostPort(issues, "peering.advertise_address", p.advertise_address);
+  for (size_t i = 0; i < p.static_peers.size(); ++i) {
+    CheckHostPort(issues, absl::StrCat("peering.static_peers[", i, "]"), p.static_peers[i]);
+  }
+  CheckDuration(issues, "peering.discovery_interval", p.discovery_interval);
+  if (p.tls.enabled() && (p.tls.key_file.empty() || p.tls.ca_file.empty())) {
+    Add(issues, "peering.tls", "cert_file needs key_file and ca_file (peers verify each other)");
+  }
+  if (!p.tls.enabled() && (!p.tls.key_file.empty() || !p.tls.ca_file.empty())) {
+    Add(issues, "peering.tls", "key_file and ca_file need cert_file");
+  }
+  if (!p.listen.empty() && p.token_file.empty() && !p.tls.enabled()) {
+    Add(issues, "peering.listen",
+        "needs peering.token_file or peering.tls: an unauthenticated peering port would let "
+        "anyone who reaches it cancel queries");
+  }
+  if (!p.discovery_dns.empty() && p.listen.empty()) {
+    Add(issues, "peering.discovery_dns", "needs peering.listen (its port is the peers' port)");
+  }
+}
+
+void CheckController(const ControllerConfig& c, std::vector<Issue>& issues) {
+  CheckHostPort(issues, "controller.address", c.address);
+  CheckHostPort(issues, "controller.listen", c.listen);
+  CheckDuration(issues, "controller.register_timeout", c.register_timeout);
+  if (c.renew_interval <= absl::ZeroDuration()) {
+    Add(issues, "controller.renew_interval", "must be positive");
+  }
+  if (c.lease_timeout < 3 * c.renew_interval) {
+    Add(issues, "controller.lease_timeout", "must be at least 3 x controller.renew_interval");
+  }
+  if (c.forget_after < 2 * c.lease_timeout) {
+    Add(issues, "controller.forget_after", "must be at least 2 x controller.lease_timeout");
+  }
+  CheckAtLeast(issues, "controller.min_share", c.min_share, 0);
+}
+
 }  // namespace
+
+void CheckFleetSections(const Config& config, std::vector<Issue>& issues) {
+  CheckPeering(config.peering, issues);
+  CheckController(config.controller, issues);
+}
 
 void CheckConfig(const Config& config, std::vector<Issue>& issues) {
   CheckListen(config.listen, issues);
@@ -215,6 +265,7 @@ void CheckConfig(const Config& config, std::vector<Issue>& issues) {
     Add(issues, "log.level",
         absl::StrCat("expected one of debug, info, warning, error, got \"", level, "\""));
   }
+  CheckFleetSections(config, issues);
 }
 
 absl::Status IssuesToStatus(absl::string_view source, const std::vector<Issue>& issues) {
@@ -274,6 +325,12 @@ namespace pgfleet::config {
 absl::Status ValidateConfig(const Config& config) {
   std::vector<internal::Issue> issues;
   internal::CheckConfig(config, issues);
+  return internal::IssuesToStatus(config.source_path, issues);
+}
+
+absl::Status ValidateFleetSections(const Config& config) {
+  std::vector<internal::Issue> issues;
+  internal::CheckFleetSections(config, issues);
   return internal::IssuesToStatus(config.source_path, issues);
 }
 

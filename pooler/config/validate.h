@@ -23,6 +23,8 @@ struct Issue {
 
 // Semantic checks on an already-typed Config (ranges and combinations); appends to `issues`.
 void CheckConfig(const Config& config, std::vector<Issue>& issues);
+// The `peering:` and `controller:` part of CheckConfig.
+void CheckFleetSections(const Config& config, std::vector<Issue>& issues);
 
 // OK when `issues` is empty, else InvalidArgument with one `source: key: message (line N)` line
 // per issue, in the order given.

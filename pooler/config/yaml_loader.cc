@@ -226,6 +226,14 @@ class Section {
     return &e->value;
   }
 
+  // Each key that no accessor consumed becomes a warning ("peering.x: unknown key, ignored").
+  void FinishAsWarnings(std::vector<std::string>& warnings) {
+    for (const Entry& e : entries_) {
+      if (!e.used)
+        warnings.push_back(absl::StrCat(JoinPath(path_, e.key), ": unknown key, ignored"));
+    }
+  }
+
   // Reports each key that no accessor consumed, suggesting the closest known one.
   void Finish() {
     for (const Entry& e : entries_) {
@@ -271,48 +279,43 @@ class Section {
   std::vector<absl::string_view> known_;
 };
 
-// Stores any YAML under `prefix` as flattened "a.b.0" -> scalar text.
-// Free-form sections are small; the bound is on nodes visited, not on bytes, because YAML aliases
-// let a few hundred bytes name 10^9 nodes ("billion laughs"), which a plain walk would expand.
-constexpr size_t kMaxFreeFormNodes = 10000;
-
-// Returns false, leaving `out` partial, once `budget` nodes have been visited.
-bool Flatten(const YAML::Node& node, const std::string& prefix,
-             std::map<std::string, std::string>& out, size_t& budget) {
-  if (budget == 0) return false;
-  --budget;
-  if (node.IsMap()) {
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      if (!Flatten(it->second, JoinPath(prefix, it->first.Scalar()), out, budget)) return false;
-    }
-  } else if (node.IsSequence()) {
-    for (size_t i = 0; i < node.size(); ++i) {
-      if (!Flatten(node[i], JoinPath(prefix, absl::StrCat(i)), out, budget)) return false;
-    }
-  } else if (node.IsScalar()) {
-    out[prefix] = node.Scalar();
-  } else {
-    out[prefix] = "";
+// `peering:`. Its unknown keys are warnings, not errors: configs written for older versions (with
+// peering.unix_socket_dir, say) still load.
+void ReadPeering(Loader& loader, const YAML::Node& node, int line, PeeringConfig& peering,
+                 std::vector<std::string>& warnings) {
+  Section s(loader, node, "peering", line);
+  s.String("runtime_dir", peering.runtime_dir);
+  s.String("listen", peering.listen);
+  s.String("advertise_address", peering.advertise_address);
+  s.String("advertise_address_env", peering.advertise_address_env);
+  s.String("token_file", peering.token_file);
+  int tls_line = 0;
+  if (const YAML::Node* tls_node = s.Child("tls", &tls_line)) {
+    Section tls(loader, *tls_node, "peering.tls", tls_line);
+    tls.String("cert_file", peering.tls.cert_file);
+    tls.String("key_file", peering.tls.key_file);
+    tls.String("ca_file", peering.tls.ca_file);
+    tls.String("server_name", peering.tls.server_name);
+    tls.FinishAsWarnings(warnings);
   }
-  return true;
+  s.StringList("static_peers", peering.static_peers);
+  s.String("discovery_dns", peering.discovery_dns);
+  s.Duration("discovery_interval", peering.discovery_interval);
+  s.Bool("forward_cancels", peering.forward_cancels);
+  s.FinishAsWarnings(warnings);
 }
 
-void ReadFreeForm(Loader& loader, Section& root, absl::string_view key,
-                  std::map<std::string, std::string>& out) {
-  int line = 0;
-  const YAML::Node* node = root.Child(key, &line);
-  if (node == nullptr || node->IsNull()) return;
-  if (!node->IsMap()) {
-    loader.Report(std::string(key), absl::StrCat("expected a mapping, got ", KindOf(*node)), line);
-    return;
-  }
-  size_t budget = kMaxFreeFormNodes;
-  if (!Flatten(*node, "", out, budget)) {
-    loader.Report(std::string(key),
-                  absl::StrCat("more than ", kMaxFreeFormNodes,
-                               " values (are aliases expanding into a huge tree?)"),
-                  line);
-  }
+void ReadController(Loader& loader, const YAML::Node& node, int line,
+                    ControllerConfig& controller) {
+  Section s(loader, node, "controller", line);
+  s.String("address", controller.address);
+  s.String("listen", controller.listen);
+  s.Duration("lease_timeout", controller.lease_timeout);
+  s.Duration("renew_interval", controller.renew_interval);
+  s.Duration("forget_after", controller.forget_after);
+  s.Duration("register_timeout", controller.register_timeout);
+  s.Int("min_share", controller.min_share);
+  s.Finish();
 }
 
 void ReadPool(Section& s, PoolConfig& pool) {
@@ -487,8 +490,12 @@ bool ReadRoot(Loader& loader, const YAML::Node& root, Config& config) {
     log.Bool("log_disconnections", config.log.log_disconnections);
     log.Finish();
   }
-  ReadFreeForm(loader, s, "peering", config.peering);
-  ReadFreeForm(loader, s, "controller", config.controller);
+  if (const YAML::Node* node = s.Child("peering", &line)) {
+    ReadPeering(loader, *node, line, config.peering, config.warnings);
+  }
+  if (const YAML::Node* node = s.Child("controller", &line)) {
+    ReadController(loader, *node, line, config.controller);
+  }
   s.Finish();
   return true;
 }

@@ -131,8 +131,8 @@ absl::Status Supervisor::Init() {
     return absl::InvalidArgumentError(
         absl::StrCat(options_.config_path, ": workers: too many workers (", worker_count_, ")"));
   }
-  auto dir_it = config_.peering.find("runtime_dir");
-  std::string base = dir_it != config_.peering.end() ? dir_it->second : "/tmp";
+  const std::string base =
+      config_.peering.runtime_dir.empty() ? "/tmp" : config_.peering.runtime_dir;
   std::string tmpl = absl::StrCat(base, "/pgfleet.XXXXXX");
   if (mkdtemp(tmpl.data()) == nullptr) {
     return absl::InternalError(absl::StrCat("cannot create runtime directory under ", base));

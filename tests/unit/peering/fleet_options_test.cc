@@ -1,5 +1,6 @@
-// The typed peering: and controller: sections: what the chart renders loads, mistakes name the
-// key, and an unauthenticated peering port is refused.
+// The peering and controller options as the processes take them: the loaded sections, checked
+// again for configs built in code, with the loader's warnings. (tests/unit/config/
+// fleet_sections_test.cc covers the YAML.)
 #include "peering/fleet_options.h"
 
 #include <cstdlib>
@@ -10,19 +11,29 @@
 namespace pgfleet::peering {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-config::Config WithSections(std::map<std::string, std::string> peering,
-                            std::map<std::string, std::string> controller) {
-  config::Config config;
-  config.source_path = "/etc/pgfleet/pgfleet.yaml";
-  config.peering = std::move(peering);
-  config.controller = std::move(controller);
-  return config;
+config::Config Sections(const std::string& yaml) {
+  auto config = config::LoadConfigText("databases: {app: {}}\n" + yaml, "/etc/pgfleet.yaml");
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.value_or(config::Config{});
+}
+
+TEST(FleetOptionsTest, TakesTheLoadedSectionsAndTheirWarnings) {
+  auto options = ParseFleetOptions(
+      Sections("peering: {static_peers: [10.0.0.2:9128], unix_socket_dir: /run}\n"
+               "controller: {address: ctl:9130, renew_interval: 250ms, min_share: 2}\n"));
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_THAT(options->peering.static_peers, ElementsAre("10.0.0.2:9128"));
+  EXPECT_TRUE(options->controller.enabled());
+  EXPECT_EQ(options->controller.renew_interval, absl::Milliseconds(250));
+  EXPECT_EQ(options->controller.min_share, 2);
+  EXPECT_THAT(options->warnings, ElementsAre(HasSubstr("peering.unix_socket_dir")));
 }
 
 TEST(FleetOptionsTest, EmptySectionsMeanNoPeeringPortAndNoController) {
-  auto options = ParseFleetOptions(WithSections({}, {}));
+  auto options = ParseFleetOptions(config::Config{});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_TRUE(options->peering.listen.empty());
   EXPECT_FALSE(options->controller.enabled());
@@ -30,71 +41,23 @@ TEST(FleetOptionsTest, EmptySectionsMeanNoPeeringPortAndNoController) {
   EXPECT_TRUE(options->peering.forward_cancels);
 }
 
-TEST(FleetOptionsTest, WhatTheHelmChartRendersLoads) {
-  auto options = ParseFleetOptions(WithSections(
-      {{"listen", "0.0.0.0:9128"},
-       {"advertise_address_env", "POD_IP"},
-       {"discovery_dns", "pgfleet-peers.default.svc.cluster.local"},
-       {"token_file", "/etc/pgfleet/peering-token"},
-       {"runtime_dir", "/run/pgfleet"}},
-      {{"address", "pgfleet-controller.default.svc.cluster.local:9130"},
-       {"listen", "0.0.0.0:9130"}}));
-  ASSERT_TRUE(options.ok()) << options.status();
-  EXPECT_TRUE(options->warnings.empty());
-  EXPECT_EQ(options->peering.token_file, "/etc/pgfleet/peering-token");
-  EXPECT_TRUE(options->controller.enabled());
-}
-
-TEST(FleetOptionsTest, TimingsAndStaticPeersParse) {
-  auto options = ParseFleetOptions(WithSections(
-      {{"static_peers.0", "10.0.0.2:9128"}, {"static_peers.1", "10.0.0.3:9128"}},
-      {{"address", "ctl:9130"},
-       {"lease_timeout", "3s"},
-       {"renew_interval", "250ms"},
-       {"forget_after", "1m"},
-       {"min_share", "2"}}));
-  ASSERT_TRUE(options.ok()) << options.status();
-  EXPECT_THAT(options->peering.static_peers, ::testing::ElementsAre("10.0.0.2:9128",
-                                                                     "10.0.0.3:9128"));
-  EXPECT_EQ(options->controller.renew_interval, absl::Milliseconds(250));
-  EXPECT_EQ(options->controller.min_share, 2);
-}
-
-TEST(FleetOptionsTest, ErrorsNameFileAndKey) {
-  auto options = ParseFleetOptions(WithSections(
-      {{"listen", "nowhere"}}, {{"lease_timeout", "soon"}, {"min_shares", "1"}}));
+TEST(FleetOptionsTest, ConfigsBuiltInCodeAreCheckedAndErrorsNameFileAndKey) {
+  config::Config config;
+  config.source_path = "/etc/pgfleet/pgfleet.yaml";
+  config.peering.listen = "0.0.0.0:9128";
+  config.controller.lease_timeout = absl::Seconds(1);
+  config.controller.renew_interval = absl::Milliseconds(500);
+  auto options = ParseFleetOptions(config);
   ASSERT_FALSE(options.ok());
   const std::string message(options.status().message());
-  EXPECT_THAT(message, HasSubstr("/etc/pgfleet/pgfleet.yaml: peering.listen: expected host:port"));
-  EXPECT_THAT(message, HasSubstr("controller.lease_timeout: expected a duration"));
-  EXPECT_THAT(message, HasSubstr("controller.min_shares: unknown key"));
-}
-
-TEST(FleetOptionsTest, PeeringPortWithoutTokenOrTlsIsRefused) {
-  auto options = ParseFleetOptions(WithSections({{"listen", "0.0.0.0:9128"}}, {}));
-  ASSERT_FALSE(options.ok());
-  EXPECT_THAT(std::string(options.status().message()),
-              HasSubstr("peering.listen: needs peering.token_file or peering.tls"));
-  EXPECT_TRUE(ParseFleetOptions(WithSections({{"listen", "0.0.0.0:9128"},
-                                              {"tls.cert_file", "/tls/tls.crt"},
-                                              {"tls.key_file", "/tls/tls.key"},
-                                              {"tls.ca_file", "/tls/ca.crt"}},
-                                             {}))
-                  .ok());
-}
-
-TEST(FleetOptionsTest, LeaseMustCoverSeveralRenewals) {
-  auto options = ParseFleetOptions(
-      WithSections({}, {{"lease_timeout", "1s"}, {"renew_interval", "500ms"}}));
-  ASSERT_FALSE(options.ok());
-  EXPECT_THAT(std::string(options.status().message()),
-              HasSubstr("controller.lease_timeout: must be at least 3 x"));
-}
-
-TEST(FleetOptionsTest, UnknownPeeringKeysAreWarningsForOlderConfigs) {
-  auto options = ParseFleetOptions(WithSections({{"unix_socket_dir", "/run/pgfleet"}}, {}));
-  ASSERT_TRUE(options.ok());
-  EXPECT_THAT(options->warnings, ::testing::ElementsAre(HasSubstr("peering.unix_socket_dir")));
+  EXPECT_THAT(message, HasSubstr("/etc/pgfleet/pgfleet.yaml: peering.listen: needs "
+                                 "peering.token_file or peering.tls"));
+  EXPECT_THAT(message, HasSubstr("/etc/pgfleet/pgfleet.yaml: controller.lease_timeout: must be at "
+                                 "least 3 x controller.renew_interval"));
+  config.peering.token_file = "/etc/pgfleet/peering-token";
+  config.controller.lease_timeout = absl::Seconds(3);
+  config.controller.forget_after = absl::Seconds(6);
+  EXPECT_TRUE(ParseFleetOptions(config).ok());
 }
 
 TEST(FleetOptionsTest, AdvertiseAddressComesFromTheEnvironmentWithTheListenPort) {
