@@ -47,6 +47,14 @@ std::vector<pid_t> WorkerPids(pid_t supervisor) {
   return pids;
 }
 
+// The supervisor's port accepts before it has forked every worker: the children of `supervisor`
+// once there are `n` of them, or whatever there are after 5 s.
+std::vector<pid_t> WaitForWorkers(pid_t supervisor, size_t n) {
+  return WaitFor([&] { return WorkerPids(supervisor); },
+                 [&](const std::vector<pid_t>& pids) { return pids.size() >= n; },
+                 std::chrono::seconds(5));
+}
+
 // Every row of a query's result as column -> value (empty on an error).
 std::vector<Row> Rows(const ConnPtr& conn, const std::string& sql) {
   return RowsOf(Exec(conn, sql));
@@ -144,7 +152,7 @@ struct LoopClient {
 
 TEST_F(FaultFleetTest, WorkerKilledUnderLoadDropsOnlyItsOwnClients) {
   PgfleetProcess fleet(FleetConfig(2, pg().port(), "admin:\n  users: [admin]\n"));
-  ASSERT_EQ(WorkerPids(fleet.pid()).size(), 2u) << fleet.Log();
+  ASSERT_EQ(WaitForWorkers(fleet.pid(), 2).size(), 2u) << fleet.Log();
   // Clients until each worker has at least 3 (the kernel picks the worker; bounded at 40).
   std::vector<std::unique_ptr<LoopClient>> clients;
   std::map<int, int> per_slot;
@@ -267,7 +275,7 @@ constexpr char kChattyLog[] =
 // one more query. Expects no error, and the same workers as before (none died or restarted).
 void ExpectPgbenchServedWithoutLosingAWorker(PgfleetProcess& fleet) {
   ASSERT_TRUE(fleet.Running());
-  const std::vector<pid_t> workers = WorkerPids(fleet.pid());
+  const std::vector<pid_t> workers = WaitForWorkers(fleet.pid(), 2);
   ASSERT_EQ(workers.size(), 2u);
   const std::string script = fleet.dir() + "/select1.sql";
   ASSERT_EQ(RunCommand(absl::StrCat("echo 'SELECT 1;' > ", script)), 0);
@@ -288,7 +296,7 @@ void ExpectPgbenchServedWithoutLosingAWorker(PgfleetProcess& fleet) {
 TEST_F(FaultFleetTest, LogWritesFailingWithEnospcDoNotStopTheDataPath) {
   // stdout and stderr on /dev/full: every log write fails with ENOSPC, as on a full log disk.
   PgfleetProcess fleet(FleetConfig(2, pg().port(), kChattyLog), "", "", "127.0.0.1", "/dev/full");
-  for (pid_t pid : WorkerPids(fleet.pid())) {
+  for (pid_t pid : WaitForWorkers(fleet.pid(), 2)) {
     ASSERT_EQ(RunCommandOutput(absl::StrCat("readlink /proc/", pid, "/fd/2")), "/dev/full\n");
   }
   ExpectPgbenchServedWithoutLosingAWorker(fleet);

@@ -266,7 +266,7 @@ TEST_F(FleetTest, RollingRestartUnderPgbenchLosesNothing) {
                             out_path));
   });
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  auto before = WorkerPids(fleet.pid());
+  auto before = WaitForWorkers(fleet.pid(), 4);
   fleet.Signal(SIGUSR2);
   bench.join();
   std::string out = RunCommandOutput("cat " + out_path);

@@ -217,11 +217,17 @@ TEST_F(MetricsTest, CountersSurviveAWorkerRestart) {
               });
   const double accepted = Sum(before, std::string(metrics::names::kClientConnections));
   EXPECT_GE(accepted, 16);
-  std::vector<pid_t> workers;
-  for (auto line : absl::StrSplit(RunCommandOutput(absl::StrCat("pgrep -P ", fleet.pid())), '\n')) {
-    int pid = 0;
-    if (absl::SimpleAtoi(line, &pid)) workers.push_back(pid);
-  }
+  const std::vector<pid_t> workers = WaitFor(
+      [&] {
+        std::vector<pid_t> pids;
+        for (auto line :
+             absl::StrSplit(RunCommandOutput(absl::StrCat("pgrep -P ", fleet.pid())), '\n')) {
+          int pid = 0;
+          if (absl::SimpleAtoi(line, &pid)) pids.push_back(pid);
+        }
+        return pids;
+      },
+      [](const std::vector<pid_t>& pids) { return pids.size() >= 2; }, std::chrono::seconds(5));
   ASSERT_EQ(workers.size(), 2u);
   kill(workers[0], SIGKILL);
   EXPECT_EQ(WaitForReadyz(fleet, 200), 200);  // the replacement reports ready
