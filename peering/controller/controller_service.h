@@ -1,10 +1,10 @@
 // pgfleet-controller's service: fleet membership, fleet-unique peer ids, the pod directory and
 // the budget shares, over one lease stream per worker (proto/pgfleet/controller/v1).
 //
-// Peer ids (DESIGN.md "Cancel keys and peering"). A cancel key carries 16 bits of peer id; a
-// worker must know its id before it mints its first key, and the supervisor, which forks, holds
-// no gRPC. So: the supervisor gives each worker a pod-local id 1..255 (never reused while a
-// holder lives); each worker, before it accepts its first client, opens its lease and sends
+// Peer ids (docs/architecture.md, "Cancel keys" and "Peering"). A cancel key carries 16 bits of
+// peer id; a worker must know its id before it mints its first key, and the supervisor, which
+// forks, holds no gRPC. So: the supervisor gives each worker a pod-local id 1..255 (never reused
+// while a holder lives); each worker, before it accepts its first client, opens its lease and sends
 // Hello with its pod id (random per supervisor run) and local id; the controller gives every pod
 // one block 1..255, the same for all its workers, and answers peer id = block << 8 | local. Two
 // live workers can then share an id only if two live pods share a block, and the controller never
@@ -14,14 +14,14 @@
 // controller.register_timeout starts with block 0 (its local id): its keys then name no pod and
 // are sent to every other pod, where only the owner finds them.
 //
-// Budget (DESIGN.md "Connection budget"): BudgetAllocator does the arithmetic and Membership the
-// bookkeeping, both pure; this class is their plumbing (streams, messages, logs, the timer). A
-// worker's lease ends lease_timeout after its last report; it is then counted at its floor (the
-// worker itself fell back to the floor at 3/4 of that, timed from when it sent the report, so it is
-// always first), and forgotten after forget_after. A controller that starts knows no one: it raises
-// nothing until every member named in the workers' Hellos (each worker reports the member list of
-// the last Directory it saw) has rejoined or lease_timeout has passed, and it holds back min_share
-// per absent member until forget_after. Nothing is persisted.
+// Budget (docs/architecture.md, "Connection budget"): BudgetAllocator does the arithmetic and
+// Membership the bookkeeping, both pure; this class is their plumbing (streams, messages, logs, the
+// timer). A worker's lease ends lease_timeout after its last report; it is then counted at its
+// floor (the worker itself fell back to the floor at 3/4 of that, timed from when it sent the
+// report, so it is always first), and forgotten after forget_after. A controller that starts knows
+// no one: it raises nothing until every member named in the workers' Hellos (each worker reports
+// the member list of the last Directory it saw) has rejoined or lease_timeout has passed, and it
+// holds back min_share per absent member until forget_after. Nothing is persisted.
 //
 // Threading: reactors run on gRPC threads and only copy messages and Post() them to the loop;
 // all state below belongs to the loop thread.

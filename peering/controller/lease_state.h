@@ -1,13 +1,13 @@
 // The worker's lease, pure (no I/O, no clock, no gRPC, no threads): what LeaseClient decides about
 // its caps, floors, acks and reports, with the time passed in by the caller.
 //
-// Fail-static (DESIGN.md "Connection budget"): a worker that loses the controller keeps its caps
-// and never raises them; when its lease has run 3/4 of lease_timeout past the newest report the
-// controller acknowledged (timed from when the worker *sent* it, so the worker is always earlier
-// than the controller), it falls back to its floors, closing idle servers at once and busy ones
-// when released; at 9/10 it closes whatever is still over the floor. After forget_after it holds
-// nothing, because the controller has forgotten it and reassigned its floor. A worker that never
-// reached the controller holds nothing in budgeted databases.
+// Fail-static (docs/architecture.md, "Connection budget"): a worker that loses the controller keeps
+// its caps and never raises them; when its lease has run 3/4 of lease_timeout past the newest
+// report the controller acknowledged (timed from when the worker *sent* it, so the worker is always
+// earlier than the controller), it falls back to its floors, closing idle servers at once and busy
+// ones when released; at 9/10 it closes whatever is still over the floor. After forget_after it
+// holds nothing, because the controller has forgotten it and reassigned its floor. A worker that
+// never reached the controller holds nothing in budgeted databases.
 #pragma once
 
 #include <cstdint>
