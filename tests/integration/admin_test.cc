@@ -53,6 +53,11 @@ class AdminTest : public IntegrationTest {
 TEST_F(AdminTest, ShowAnswersForEveryWorkerUnderLoad) {
   ASSERT_NO_FATAL_FAILURE(InitPgbench());
   PgfleetProcess fleet(AdminConfig(2, 16));
+  ConnPtr admin = Admin(fleet);
+  // The port accepts as soon as one worker serves; wait (bounded) until both answer.
+  ASSERT_EQ(WaitFor([&] { return Rows(admin, "SHOW WORKERS").size(); },
+                    [](size_t n) { return n >= 2; }, std::chrono::seconds(5)),
+            2u);
   // Idle clients, each having run a query, so both workers have clients, servers and stats
   // (with 24 connections the kernel puts all on one worker with probability 2^-23).
   std::vector<ConnPtr> idle;
@@ -66,7 +71,6 @@ TEST_F(AdminTest, ShowAnswersForEveryWorkerUnderLoad) {
     RunCommand(absl::StrCat("pgbench -n -S -c 6 -j 2 -T 6 -h 127.0.0.1 -p ", fleet.port(),
                             " -U postgres postgres > ", out, " 2>&1; echo exit=$? >> ", out));
   });
-  ConnPtr admin = Admin(fleet);
   constexpr int kPoolClients = 24 + 6;
   // Until pgbench's clients have logged in.
   WaitFor([&] {
