@@ -13,6 +13,7 @@
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/frontend.h"
 #include "pooler/protocol/sqlstate.h"
+#include "pooler/protocol/stream_decoder.h"
 
 namespace pgfleet::pool {
 namespace {
@@ -83,18 +84,17 @@ void ClientConn::ContinueAuthWithSecret(const std::string& secret) {
 
 void ClientConn::HandleAuthData() {
   while (state_ == ClientState::kAuth && !in_.empty()) {
-    protocol::FrameHeader header;
-    auto result = protocol::PeekHeader(in_.Readable(), kMaxAuthMessage, &header);
-    if (result == protocol::FrameResult::kNeedMore) return;
-    if (result == protocol::FrameResult::kProtocolError || header.type != 'p') {
+    const auto message = protocol::StreamDecoder(kMaxAuthMessage).Peek(in_.Readable());
+    if (message.kind == protocol::StreamDecoder::Kind::kNeedMore) return;
+    if (message.kind == protocol::StreamDecoder::Kind::kProtocolError ||
+        message.header.type != 'p') {
       ++registry_->counters().protocol_errors;
       Fatal(protocol::sqlstate::kProtocolViolation, "expected password response");
       return;
     }
-    if (in_.size() < header.total_size()) return;
-    std::string body(reinterpret_cast<const char*>(in_.Readable().data()) + protocol::kHeaderSize,
-                     header.body_size());
-    in_.Consume(header.total_size());
+    if (!message.whole()) return;
+    std::string body(reinterpret_cast<const char*>(message.body().data()), message.body().size());
+    in_.Consume(message.header.total_size());
     auto bytes = AsBytes(body);
     const std::string failed =
         base::StrCat("password authentication failed for user \"", user_, "\"");

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
+#include "pooler/pool/connection_output.h"
 #include "pooler/pool/pool.h"
 #include "pooler/pool/pool_registry.h"
 #include "pooler/pool/server_conn.h"
@@ -13,6 +14,7 @@
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/reader.h"
 #include "pooler/protocol/sqlstate.h"
+#include "pooler/protocol/stream_decoder.h"
 
 namespace pgfleet::pool {
 namespace {
@@ -56,7 +58,8 @@ ClientConn::ClientConn(net::EventLoop& loop, int fd, PoolRegistry* registry, uin
       registry_(registry),
       id_(id),
       peer_address_(std::move(peer_address)),
-      params_(registry->tracked_params().size()),
+      stream_(static_cast<uint32_t>(registry->config().pool.max_packet_size),
+              registry->tracked_params().size()),
       connected_at_(loop.now()),
       last_activity_at_(loop.now()) {}
 
@@ -137,15 +140,17 @@ void ClientConn::HandleReadable() {
 }
 
 bool ClientConn::EndsInsidePacket() const {
-  if (skip_remaining_ > 0) return true;  // a message being relayed in pieces
+  if (stream_.mid_message()) return true;  // a message being relayed in pieces
   const auto data = in_.Readable();
   if (state_ == ClientState::kStartup) return !data.empty();
   size_t pos = 0;
   while (pos < data.size()) {
-    if (data.size() - pos < protocol::kHeaderSize) return true;
-    const size_t total = size_t{protocol::LoadBigEndian32(data.data() + pos + 1)} + 1;
-    if (data.size() - pos < total) return true;
-    pos += total;
+    protocol::StreamDecoder::Piece message;
+    if (protocol::StreamDecoder::PeekWhole(data.subspan(pos), UINT32_MAX, &message) !=
+        protocol::FrameResult::kMessage) {
+      return true;
+    }
+    pos += message.header.total_size();
   }
   return false;
 }
@@ -153,16 +158,15 @@ bool ClientConn::EndsInsidePacket() const {
 void ClientConn::HandleAdminData() {
   // The console speaks the simple query protocol only, as PgBouncer's does.
   while (state_ == ClientState::kAdmin && !in_.empty()) {
-    protocol::FrameHeader header;
-    auto result = protocol::PeekHeader(in_.Readable(), 1 << 20, &header);
+    protocol::StreamDecoder::Piece message;
+    auto result = protocol::StreamDecoder::PeekWhole(in_.Readable(), 1 << 20, &message);
     if (result == protocol::FrameResult::kNeedMore) return;
     if (result == protocol::FrameResult::kProtocolError) {
       Fatal(protocol::sqlstate::kProtocolViolation, "invalid message length from client");
       return;
     }
-    if (in_.size() < header.total_size()) return;
-    std::string body(reinterpret_cast<const char*>(in_.Readable().data()) + protocol::kHeaderSize,
-                     header.body_size());
+    const protocol::FrameHeader header = message.header;
+    std::string body(reinterpret_cast<const char*>(message.body().data()), message.body().size());
     in_.Consume(header.total_size());
     if (header.type == 'X') {
       Close("client close request");
@@ -272,7 +276,7 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
     } else if (absl::StartsWith(name, "_pq_.")) {
       unrecognized.push_back(name);
     } else if (int slot = registry_->tracked_params().Find(name); slot >= 0) {
-      params_.Set(static_cast<size_t>(slot), value);
+      stream_.params.Set(static_cast<size_t>(slot), value);
     } else if (std::find(config.pool.ignore_startup_parameters.begin(),
                          config.pool.ignore_startup_parameters.end(),
                          name) != config.pool.ignore_startup_parameters.end()) {
@@ -398,7 +402,8 @@ void ClientConn::Fatal(std::string_view sqlstate, std::string_view message) {
 
 void ClientConn::SendWelcome(const std::vector<std::pair<std::string, std::string>>& server_params,
                              const ParamSet& server_defaults) {
-  params_.FillUnset(server_defaults);
+  ParamSet& params = stream_.params;
+  params.FillUnset(server_defaults);
   cancel_key_ = registry_->MintCancelKey(this);
   cancel_key_registered_ = true;
   protocol::StringSink sink;
@@ -407,16 +412,16 @@ void ClientConn::SendWelcome(const std::vector<std::pair<std::string, std::strin
   std::vector<bool> sent(names.size(), false);
   for (const auto& [name, value] : server_params) {
     int slot = names.Find(name);
-    if (slot >= 0 && params_.IsSet(static_cast<size_t>(slot))) {
-      protocol::BuildParameterStatus(sink, name, params_.Get(static_cast<size_t>(slot)));
+    if (slot >= 0 && params.IsSet(static_cast<size_t>(slot))) {
+      protocol::BuildParameterStatus(sink, name, params.Get(static_cast<size_t>(slot)));
       sent[static_cast<size_t>(slot)] = true;
     } else {
       protocol::BuildParameterStatus(sink, name, value);
     }
   }
   for (size_t slot = 0; slot < names.size(); ++slot) {
-    if (!sent[slot] && params_.IsSet(slot)) {
-      protocol::BuildParameterStatus(sink, names.name(slot), params_.Get(slot));
+    if (!sent[slot] && params.IsSet(slot)) {
+      protocol::BuildParameterStatus(sink, names.name(slot), params.Get(slot));
     }
   }
   protocol::BuildBackendKeyData(sink, cancel_key_.pid, cancel_key_.secret);
@@ -449,7 +454,7 @@ void ClientConn::HandleLoggedInData() {
   if (state_ != ClientState::kIdle) return;
   // A Terminate from an idle client needs no server.
   auto data = in_.Readable();
-  if (data[0] == 'X' && skip_remaining_ == 0) {
+  if (data[0] == 'X' && !stream_.mid_message()) {
     Close("client close request");
     return;
   }
@@ -460,98 +465,13 @@ void ClientConn::HandleLoggedInData() {
   pool_->RequestServer(this);  // links now (and relays) or queues
 }
 
-namespace {
-
-// The statement a DEALLOCATE names, when `sql` is one and names a statement of `statements`.
-template <typename Map>
-std::optional<std::string> DeallocatedStatement(std::string_view sql, const Map& statements) {
-  if (!sql.empty() && sql.back() == '\0') sql.remove_suffix(1);
-  std::optional<std::string> name = ParseDeallocate(sql);
-  if (!name.has_value() || !statements.contains(*name)) return std::nullopt;
-  return name;
-}
-
-}  // namespace
-
 bool ClientConn::AnswerDeallocate() {
-  if (!pool_->tracks_prepared_statements() || skip_remaining_ > 0) return false;
-  // A DEALLOCATE, simple or extended (psycopg sends Parse/Bind/Describe/Execute/Sync with the
-  // unnamed statement), is a few hundred bytes at most; anything longer is something else.
-  constexpr size_t kMaxBatch = 1024;
-  auto data = in_.Readable();
-  std::optional<std::string> name;
+  if (!pool_->tracks_prepared_statements()) return false;
   protocol::StringSink answer;
-  size_t pos = 0;
-  bool done = false;
-  while (!done) {
-    if (data.size() - pos < protocol::kHeaderSize) return false;
-    const uint8_t type = data[pos];
-    const size_t total = size_t{protocol::LoadBigEndian32(data.data() + pos + 1)} + 1;
-    if (total < protocol::kHeaderSize || pos + total > kMaxBatch || data.size() - pos < total) {
-      return false;
-    }
-    const auto body = data.subspan(pos + protocol::kHeaderSize, total - protocol::kHeaderSize);
-    protocol::Reader reader(body);
-    std::string_view first;
-    switch (type) {
-      case 'Q':  // only as the whole batch
-        if (pos != 0) return false;
-        name = DeallocatedStatement(
-            std::string_view(reinterpret_cast<const char*>(body.data()), body.size()), statements_);
-        if (!name.has_value()) return false;
-        protocol::BuildCommandComplete(answer, "DEALLOCATE");
-        done = true;
-        break;
-      case 'P': {  // unnamed statement, no parameters
-        std::string_view query;
-        int16_t params = 0;
-        if (pos != 0 || !reader.ReadCString(&first) || !first.empty() ||
-            !reader.ReadCString(&query) || !reader.ReadInt16(&params) || params != 0) {
-          return false;
-        }
-        name = DeallocatedStatement(query, statements_);
-        if (!name.has_value()) return false;
-        protocol::BuildParseComplete(answer);
-        break;
-      }
-      case 'B': {  // unnamed portal of the unnamed statement, no parameters
-        std::string_view statement;
-        if (!name.has_value() || !reader.ReadCString(&first) || !first.empty() ||
-            !reader.ReadCString(&statement) || !statement.empty()) {
-          return false;
-        }
-        answer.Append(std::string_view("2\0\0\0\x04", 5));  // BindComplete
-        break;
-      }
-      case 'D': {
-        uint8_t kind = 0;
-        if (!name.has_value() || !reader.ReadByte(&kind) || !reader.ReadCString(&first) ||
-            !first.empty()) {
-          return false;
-        }
-        // A utility command has no parameters and returns no rows.
-        if (kind == 'S') answer.Append(std::string_view("t\0\0\0\x06\0\0", 7));
-        answer.Append(std::string_view("n\0\0\0\x04", 5));  // NoData
-        break;
-      }
-      case 'E':
-        if (!name.has_value() || !reader.ReadCString(&first) || !first.empty()) return false;
-        protocol::BuildCommandComplete(answer, "DEALLOCATE");
-        break;
-      case 'S':
-        if (!name.has_value()) return false;
-        done = true;
-        break;
-      default:
-        return false;
-    }
-    pos += total;
-  }
-  statements_.erase(*name);
-  in_.Consume(pos);
+  const size_t answered = Relay::AnswerIdleDeallocate(stream_, in_.Readable(), answer);
+  if (answered == 0) return false;
+  in_.Consume(answered);
   in_.ReleaseIfEmpty();
-  // The client is idle (nothing linked, nothing in flight), so answering here keeps order.
-  protocol::BuildReadyForQuery(answer, 'I');
   if (!Send(AsBytes(answer.bytes()))) Close("write failed");
   return true;
 }
@@ -559,105 +479,30 @@ bool ClientConn::AnswerDeallocate() {
 bool ClientConn::RelayToServer() {
   if (server_ == nullptr || closed()) return !closed();
   ServerConn* server = server_;
-  const uint32_t max_packet = static_cast<uint32_t>(registry_->config().pool.max_packet_size);
-  const bool track = pool_->tracks_prepared_statements();
-  auto data = in_.Readable();
-  size_t pos = 0;
-  size_t sent_upto = 0;
-  bool terminate = false;
-  bool copy_ended = false;
-  auto flush = [&](size_t end) -> bool {
-    if (end > sent_upto) {
-      pool_->stats().received_bytes += end - sent_upto;
-      if (!server->Send(data.subspan(sent_upto, end - sent_upto))) {
-        server->Close("write to server failed");
-        return false;
-      }
-    }
-    sent_upto = end;
-    return true;
-  };
-  while (pos < data.size()) {
-    if (skip_remaining_ > 0) {
-      size_t n = std::min(skip_remaining_, data.size() - pos);
-      pos += n;
-      skip_remaining_ -= n;
-      continue;
-    }
-    protocol::FrameHeader header;
-    auto result = protocol::PeekHeader(data.subspan(pos), max_packet, &header);
-    if (result == protocol::FrameResult::kNeedMore) break;
-    if (result == protocol::FrameResult::kProtocolError) {
-      ++registry_->counters().protocol_errors;
-      Fatal(protocol::sqlstate::kProtocolViolation, "invalid message length from client");
-      return false;
-    }
-    if (absl::Status valid = protocol::CheckFrontendHeader(header); !valid.ok()) {
-      ++registry_->counters().protocol_errors;
-      Fatal(protocol::sqlstate::kProtocolViolation, base::Sv(valid.message()));
-      return false;
-    }
-    size_t skip = 0;  // leading bytes of this message replaced by a rewrite
-    if (track) {
-      scratch_.mutable_bytes().clear();
-      auto rewrite = RewritePrepared(*server, header, data.subspan(pos), &skip);
-      if (rewrite == PreparedRewrite::kNeedMore) break;
-      if (rewrite == PreparedRewrite::kFatal) return false;
-      if (rewrite == PreparedRewrite::kReplace) {
-        if (!flush(pos)) return !closed();
-        const auto& bytes = scratch_.bytes();
-        if (!bytes.empty() &&
-            !server->Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
-          server->Close("write to server failed");
-          return !closed();
-        }
-        sent_upto = pos + skip;
-      }
-    }
-    switch (header.type) {
-      case 'Q':
-      case 'S':
-      case 'F':
-        if (!server->query_in_progress()) server->set_query_started_at(loop_.now());
-        server->ExpectReadyForQuery();
-        if (track) server->PushPending({PendingKind::kSync, PendingAction::kForward});
-        unsynced_ = false;
-        break;
-      case 'E':
-        if (track) server->PushPending({PendingKind::kExecute, PendingAction::kForward});
-        unsynced_ = true;
-        break;
-      case 'P':
-      case 'B':
-      case 'D':
-      case 'C':
-        unsynced_ = true;
-        break;
-      case 'c':
-      case 'f':
-        copy_ended = in_copy_in_;
-        in_copy_in_ = false;
-        break;
-      case 'X':
-        terminate = true;
-        break;
-      default:
-        break;
-    }
-    if (terminate) break;
-    size_t n = std::min(header.total_size(), data.size() - pos);
-    skip_remaining_ = header.total_size() - n;
-    pos += n;
+  const auto data = in_.Readable();
+  ConnectionOutput to_server(server, data);
+  protocol::StringSink answers;
+  const FrontendVerdict verdict = server->relay().FromClient(data, loop_.now(), to_server, answers);
+  if (verdict.kind == FrontendVerdict::Kind::kReject) {
+    // Nothing more reaches the server: it is released or closed with this client.
+    if (verdict.protocol_error) ++registry_->counters().protocol_errors;
+    Fatal(verdict.sqlstate, verdict.message);
+    return false;
   }
-  if (!flush(pos)) return !closed();
-  in_.Consume(pos);
-  if (terminate) {
+  const bool delivered = to_server.Finish();
+  pool_->stats().received_bytes += to_server.passed();
+  if (!delivered) {
+    server->Close("write to server failed");
+    return !closed();
+  }
+  if (verdict.kind == FrontendVerdict::Kind::kTerminate) {
     in_.Consume(in_.size());
     Close("client close request");
     return false;
   }
+  in_.Consume(verdict.consumed);
   in_.ReleaseIfEmpty();
-  if (track && !server->FlushReadyFakesToClient()) {
+  if (!answers.bytes().empty() && !Send(AsBytes(answers.bytes()))) {
     Close("write to client failed");
     return false;
   }
@@ -665,7 +510,7 @@ bool ClientConn::RelayToServer() {
   // PostgreSQL ends a failed COPY FROM STDIN itself (ErrorResponse, ReadyForQuery) and drops the
   // rest of the stream: when its ReadyForQuery came first, the server waited for this CopyDone or
   // CopyFail and nothing else will release it.
-  if (copy_ended && pool_->mode() != config::PoolMode::kSession && server->IsReleasable()) {
+  if (verdict.copy_ended && pool_->mode() != config::PoolMode::kSession && server->IsReleasable()) {
     pool_->ReleaseServer(server);
   }
   return true;

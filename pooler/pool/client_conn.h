@@ -8,14 +8,13 @@
 #include <optional>
 #include <string>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "pooler/auth/scram.h"
 #include "pooler/base/intrusive_list.h"
 #include "pooler/config/config.h"
 #include "pooler/net/connection.h"
 #include "pooler/pool/param_sync.h"
-#include "pooler/pool/prepared_statements.h"
+#include "pooler/pool/relay.h"
 #include "pooler/protocol/byte_sink.h"
 #include "pooler/protocol/cancel_key.h"
 #include "pooler/protocol/frame.h"
@@ -57,16 +56,15 @@ class ClientConn final : public net::Connection, public base::ListNode {
   const std::string& database() const { return database_; }
   const std::string& peer_address() const { return peer_address_; }
   const protocol::CancelKey& cancel_key() const { return cancel_key_; }
-  const ParamSet& params() const { return params_; }
-  ParamSet& mutable_params() { return params_; }
+  const ParamSet& params() const { return stream_.params; }
+  // The client's protocol state that the relay keeps across servers.
+  ClientStream& stream() { return stream_; }
 
   void Attach(ServerConn* server) { server_ = server; }
   void Detach() { server_ = nullptr; }
 
   // Relays queued client bytes to the linked server; false when the client was closed.
   bool RelayToServer();
-  // The server dropped every prepared statement (DISCARD ALL / DEALLOCATE ALL from the client).
-  void ForgetPreparedStatements() { statements_.clear(); }
   // Continues after the auth_query answer: `found` false when no such user; `error` non-empty
   // when the query failed.
   void OnAuthQueryResult(bool found, const std::string& secret, std::string_view error);
@@ -76,13 +74,6 @@ class ClientConn final : public net::Connection, public base::ListNode {
                    const ParamSet& server_defaults);
   // Processes messages that arrived while unlinked (after welcome or release).
   void OnServerReleased();
-
-  // Bookkeeping for the release rule: the client is inside COPY FROM STDIN or sent extended
-  // messages not yet closed by Sync.
-  bool in_copy_in() const { return in_copy_in_; }
-  void set_in_copy_in(bool v) { in_copy_in_ = v; }
-  bool unsynced() const { return unsynced_; }
-  bool mid_message() const { return skip_remaining_ > 0; }
 
   // Whether this client counts against max_client_conn (false = over the limit, refused at
   // startup with 53300).
@@ -127,19 +118,9 @@ class ClientConn final : public net::Connection, public base::ListNode {
   void FinishLogin();
   void HandleLoggedInData();
   void HandleAdminData();
-  // An idle client's `DEALLOCATE name` for a statement pgfleet renamed (transaction and
-  // statement mode): forgets it and answers, since no server knows that name. True when done.
+  // An idle client's DEALLOCATE of a renamed statement, answered without a server
+  // (Relay::AnswerIdleDeallocate). True when done.
   bool AnswerDeallocate();
-  // `flush_first` bytes... see .cc
-  enum class PreparedRewrite { kPassThrough, kReplace, kNeedMore, kFatal };
-  // Renames statements in Parse/Bind/Describe/Close for `server` (prepared_relay.cc). With
-  // kReplace, scratch_ holds bytes to send instead of the message's first `*skip` bytes.
-  PreparedRewrite RewritePrepared(ServerConn& server, const protocol::FrameHeader& header,
-                                  std::span<const uint8_t> available, size_t* skip);
-  // Makes sure `server` has `statement`, appending a hidden Parse (and an eviction Close) to
-  // scratch_ when it does not.
-  void EnsureOnServer(ServerConn& server, const StatementPtr& statement);
-  void AppendParse(ServerConn& server, const StatementPtr& statement, PendingAction action);
 
   PoolRegistry* registry_;
   uint64_t id_;
@@ -151,7 +132,7 @@ class ClientConn final : public net::Connection, public base::ListNode {
   std::string user_;
   std::string database_;
   std::vector<std::pair<std::string, std::string>> startup_params_;
-  ParamSet params_;
+  ClientStream stream_;
   protocol::CancelKey cancel_key_;
   bool cancel_key_registered_ = false;
 
@@ -166,12 +147,6 @@ class ClientConn final : public net::Connection, public base::ListNode {
   bool holds_login_slot_ = false;                  // pool.max_concurrent_logins
   std::optional<config::AuthType> hba_auth_type_;  // the matching hba rule's method
   bool admin_console_ = false;
-  // Named prepared statements by the client's name (transaction/statement mode).
-  absl::flat_hash_map<std::string, StatementPtr> statements_;
-  protocol::StringSink scratch_;
-  size_t skip_remaining_ = 0;
-  bool in_copy_in_ = false;
-  bool unsynced_ = false;
 
   absl::Time connected_at_;
   absl::Time wait_started_at_;

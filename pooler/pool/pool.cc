@@ -19,13 +19,25 @@ Pool::Pool(PoolRegistry* registry, config::DatabaseConfig db, std::string user)
       db_(std::move(db)),
       user_(std::move(user)),
       mode_(registry->config().EffectivePoolMode(db_, user_)),
-      server_defaults_(registry->tracked_params().size()) {}
+      server_defaults_(registry->tracked_params().size()) {
+  UpdateRelaySettings();
+}
 
 Pool::~Pool() = default;
 
 bool Pool::tracks_prepared_statements() const {
   return mode_ != config::PoolMode::kSession &&
          registry_->config().pool.max_prepared_statements > 0;
+}
+
+void Pool::UpdateRelaySettings() {
+  const auto& pool_config = registry_->config().pool;
+  relay_settings_.max_packet_size = static_cast<uint32_t>(pool_config.max_packet_size);
+  relay_settings_.track_prepared = tracks_prepared_statements();
+  relay_settings_.max_prepared_statements =
+      static_cast<size_t>(std::max(0, pool_config.max_prepared_statements));
+  relay_settings_.tracked = &registry_->tracked_params();
+  relay_settings_.statements = &registry_->statements();
 }
 
 int Pool::pool_size() const { return registry_->config().EffectivePoolSize(db_); }
@@ -35,6 +47,7 @@ void Pool::ApplyConfig(const config::DatabaseConfig& db) {
                         db.user != db_.user || db.password != db_.password;
   db_ = db;
   mode_ = registry_->config().EffectivePoolMode(db_, user_);
+  UpdateRelaySettings();
   if (target_changed) {
     for (auto* s = active_servers_.front(); s != nullptr; s = active_servers_.Next(s)) {
       s->MarkCloseOnRelease();

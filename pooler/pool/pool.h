@@ -15,6 +15,7 @@
 #include "pooler/base/intrusive_list.h"
 #include "pooler/config/config.h"
 #include "pooler/pool/client_conn.h"
+#include "pooler/pool/relay.h"
 #include "pooler/pool/server_conn.h"
 #include "pooler/pool/stats.h"
 
@@ -41,6 +42,8 @@ class Pool {
   // Named prepared statements are renamed and tracked per server (max_prepared_statements > 0,
   // not session mode, where a client keeps its server and its statements).
   bool tracks_prepared_statements() const;
+  // What every relay of this pool's servers works with.
+  const RelaySettings& relay_settings() const { return relay_settings_; }
   PoolRegistry* registry() const { return registry_; }
   ServerCredentials& credentials() { return credentials_; }
   PoolStats& stats() { return stats_; }
@@ -132,6 +135,7 @@ class Pool {
   void MoveClient(ClientConn* client, ClientState state);
   void FailWelcomeClients(std::span<const uint8_t> error);
   int pool_size() const;
+  void UpdateRelaySettings();
 
   PoolRegistry* registry_;
   config::DatabaseConfig db_;
@@ -139,6 +143,7 @@ class Pool {
   config::PoolMode mode_;
   ServerCredentials credentials_;
   PoolStats stats_;
+  RelaySettings relay_settings_;
 
   bool welcome_known_ = false;
   std::vector<std::pair<std::string, std::string>> welcome_params_;

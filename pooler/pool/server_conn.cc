@@ -11,6 +11,7 @@
 #include "pooler/base/strings.h"
 #include "pooler/net/socket.h"
 #include "pooler/pool/client_conn.h"
+#include "pooler/pool/connection_output.h"
 #include "pooler/pool/pool.h"
 #include "pooler/pool/pool_registry.h"
 #include "pooler/protocol/builders.h"
@@ -18,6 +19,7 @@
 #include "pooler/protocol/frontend.h"
 #include "pooler/protocol/reader.h"
 #include "pooler/protocol/sqlstate.h"
+#include "pooler/protocol/stream_decoder.h"
 
 namespace pgfleet::pool {
 
@@ -41,11 +43,36 @@ std::string_view ServerStateName(ServerState state) {
   return "unknown";
 }
 
+// Stats and logs for what the relay reports.
+class ServerConn::Observer final : public RelayObserver {
+ public:
+  explicit Observer(ServerConn& server) : server_(server) {}
+  void OnQueryAnswered() override {
+    auto& stats = server_.pool_->stats();
+    ++stats.queries;
+    stats.RecordQuery(static_cast<uint64_t>(
+        absl::ToInt64Microseconds(server_.loop_.now() - server_.relay_.query_started_at())));
+  }
+  void OnServerError(std::string_view sqlstate) override {
+    ++server_.pool_->stats().errors;
+    if (!sqlstate.empty()) server_.pool_->registry()->counters().CountError(sqlstate);
+  }
+  void OnHiddenQueryFailed(std::string_view message) override {
+    PGFLEET_LOG(kWarning, "server_hidden_query_failed", "server=", server_.id_,
+                " message=", base::LogQuote(message));
+    // A failed SET or check leaves the server in a state we cannot vouch for.
+    server_.MarkCloseOnRelease();
+  }
+
+ private:
+  ServerConn& server_;
+};
+
 ServerConn::ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id)
     : net::Connection(loop, fd),
       pool_(pool),
       id_(id),
-      params_(pool->registry()->tracked_params().size()),
+      relay_(pool->relay_settings()),
       created_at_(loop.now()),
       last_used_at_(loop.now()) {}
 
@@ -53,17 +80,14 @@ ServerConn::~ServerConn() = default;
 
 void ServerConn::Attach(ClientConn* client) {
   client_ = client;
+  relay_.Link(&client->stream());
   ++link_generation_;
   linked_at_ = loop_.now();
 }
 
-void ServerConn::Detach() { client_ = nullptr; }
-
-bool ServerConn::IsReleasable() const {
-  return expected_rfq_ == 0 && hidden_rfq_ == 0 && tx_status_ == 'I' && skip_remaining_ == 0 &&
-         pending_.empty() &&
-         (client_ == nullptr ||
-          (!client_->in_copy_in() && !client_->unsynced() && !client_->mid_message()));
+void ServerConn::Detach() {
+  client_ = nullptr;
+  relay_.Unlink();
 }
 
 void ServerConn::CancelFinished() {
@@ -71,12 +95,15 @@ void ServerConn::CancelFinished() {
   if (cancels_in_flight_ == 0 && state_ == ServerState::kCanceling) pool_->MakeIdle(this);
 }
 
-bool ServerConn::SendHiddenQuery(std::string_view sql) {
-  protocol::StringSink sink;
-  protocol::BuildQuery(sink, sql);
-  ++hidden_rfq_;
+bool ServerConn::SendSink(const protocol::StringSink& sink) {
   const auto& bytes = sink.bytes();
   return Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+}
+
+bool ServerConn::SendHiddenQuery(std::string_view sql) {
+  protocol::StringSink sink;
+  relay_.AddHiddenQuery(sink, sql);
+  return SendSink(sink);
 }
 
 bool ServerConn::StartAuthQuery(ClientConn* client, std::string_view query,
@@ -84,30 +111,16 @@ bool ServerConn::StartAuthQuery(ClientConn* client, std::string_view query,
   // Extended protocol with a parameter, so the user name is never spliced into SQL.
   protocol::StringSink sink;
   protocol::BuildParse(sink, "", query, {});
-  // Bind: portal "", statement "", 0 param formats, 1 param, value, 0 result formats.
-  std::string body;
-  body.append("\0\0", 2);  // portal, statement names
-  body.append("\0\0", 2);  // no parameter format codes (all text)
-  body.append("\0\1", 2);  // one parameter
-  uint8_t len[4];
-  protocol::StoreBigEndian32(len, static_cast<uint32_t>(username.size()));
-  body.append(reinterpret_cast<char*>(len), 4);
-  body.append(username);
-  body.append("\0\0", 2);  // result columns in text
-  uint8_t header[5] = {'B'};
-  protocol::StoreBigEndian32(header + 1, static_cast<uint32_t>(body.size() + 4));
-  sink.Append(header, 5);
-  sink.Append(body);
-  sink.Append(std::string_view("E\0\0\0\x09\0\0\0\0\0", 10));  // Execute portal "", no limit
+  const std::string_view values[] = {username};
+  protocol::BuildBindText(sink, "", "", values);
+  protocol::BuildExecute(sink, "", 0);
   protocol::BuildSync(sink);
   auth_query_client_ = client;
   auth_query_running_ = true;
   auth_query_found_ = false;
   auth_query_secret_.clear();
   auth_query_error_.clear();
-  ++expected_rfq_;
-  const auto& bytes = sink.bytes();
-  return Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  return SendSink(sink);
 }
 
 void ServerConn::OnIoEvent(uint32_t events) {
@@ -179,8 +192,7 @@ void ServerConn::OnConnected() {
       !pool_->db().host.starts_with('/')) {
     protocol::StringSink sink;
     protocol::BuildSslRequest(sink);
-    const auto& bytes = sink.bytes();
-    if (!Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
+    if (!SendSink(sink)) {
       Close("write failed during login");
       return;
     }
@@ -262,8 +274,7 @@ void ServerConn::SendStartup() {
   if (!db.application_name.empty()) params.emplace_back("application_name", db.application_name);
   protocol::StringSink sink;
   protocol::BuildStartupMessage(sink, params);
-  const auto& bytes = sink.bytes();
-  if (!Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
+  if (!SendSink(sink)) {
     Close("write failed during login");
   }
 }
@@ -371,10 +382,7 @@ void ServerConn::HandleAuthRequest(std::span<const uint8_t> body) {
       FailLogin(base::StrCat("unsupported server authentication method ", auth->code));
       return;
   }
-  const auto& bytes = sink.bytes();
-  if (!Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
-    Close("write failed during login");
-  }
+  if (!SendSink(sink)) Close("write failed during login");
 }
 
 void ServerConn::FailLogin(std::string_view message) {
@@ -420,7 +428,7 @@ void ServerConn::HandleLoginMessage(uint8_t type, std::span<const uint8_t> body)
       if (!ps.ok()) break;
       login_params_.emplace_back(std::string(ps->name), std::string(ps->value));
       int slot = pool_->registry()->tracked_params().Find(ps->name);
-      if (slot >= 0) params_.Set(static_cast<size_t>(slot), ps->value);
+      if (slot >= 0) relay_.mutable_params().Set(static_cast<size_t>(slot), ps->value);
       return;
     }
     case 'K': {
@@ -450,18 +458,6 @@ void ServerConn::HandleLoginMessage(uint8_t type, std::span<const uint8_t> body)
                      "' during login"));
 }
 
-void ServerConn::TrackParameterStatus(std::span<const uint8_t> body) {
-  auto ps = protocol::ParseParameterStatus(body);
-  if (!ps.ok()) return;
-  int slot = pool_->registry()->tracked_params().Find(ps->name);
-  if (slot < 0) return;
-  params_.Set(static_cast<size_t>(slot), ps->value);
-  // A SET by the client (not one we injected) changes what the client wants from now on.
-  if (client_ != nullptr && hidden_rfq_ == 0) {
-    client_->mutable_params().Set(static_cast<size_t>(slot), ps->value);
-  }
-}
-
 void ServerConn::OnAuthQueryMessage(uint8_t type, std::span<const uint8_t> body) {
   if (type == 'D') {
     protocol::Reader r(body);
@@ -480,6 +476,7 @@ void ServerConn::OnAuthQueryMessage(uint8_t type, std::span<const uint8_t> body)
     }
   } else if (type == 'E') {
     auto fields = protocol::ParseErrorFields(body);
+    Observer(*this).OnServerError(fields.ok() ? fields->sqlstate : std::string_view());
     auth_query_error_ = fields.ok() ? std::string(fields->message) : "auth_query failed";
   }
 }
@@ -495,240 +492,74 @@ void ServerConn::FinishAuthQuery() {
   auth_query_secret_.clear();
 }
 
-bool ServerConn::OnPendingResponse(uint8_t type) {
-  switch (type) {
-    case '1':    // ParseComplete
-    case '2':    // BindComplete
-    case '3':    // CloseComplete
-    case 'n': {  // NoData (Describe)
-      if (pending_.empty()) return true;
-      Pending head = pending_.front();
-      pending_.pop_front();
-      return head.action != PendingAction::kHide;
-    }
-    case 'T':  // RowDescription: ends a Describe; inside a Query it belongs to the Query
-      if (!pending_.empty() && pending_.front().kind == PendingKind::kDescribe)
-        pending_.pop_front();
-      return true;
-    case 'C':
-    case 'I':
-    case 's':
-      if (!pending_.empty() && pending_.front().kind == PendingKind::kExecute) pending_.pop_front();
-      return true;
-    case 'E':
-      // The failing message is the head (unless it is a simple Query, answered by its 'Z').
-      // Errors always reach the client: a failed re-Parse reports for the message that needed it.
-      if (!pending_.empty() && pending_.front().kind != PendingKind::kSync) {
-        Pending head = pending_.front();
-        pending_.pop_front();
-        if (head.kind == PendingKind::kParse && head.statement_id != 0) {
-          statements_.Remove(head.statement_id);
-        }
-        pipeline_failed_ = true;
-      }
-      return true;
-    case 'Z':
-      if (pipeline_failed_) {
-        // Everything up to the Sync was skipped: statements it would have created do not exist.
-        while (!pending_.empty() && pending_.front().kind != PendingKind::kSync) {
-          Pending skipped = pending_.front();
-          pending_.pop_front();
-          if (skipped.kind == PendingKind::kParse && skipped.statement_id != 0) {
-            statements_.Remove(skipped.statement_id);
-          }
-        }
-        pipeline_failed_ = false;
-      }
-      if (!pending_.empty() && pending_.front().kind == PendingKind::kSync) pending_.pop_front();
-      return true;
-    default:
-      return true;
-  }
-}
-
-bool ServerConn::TakeReadyFakes(protocol::StringSink& sink) {
-  bool any = false;
-  while (!pipeline_failed_ && !pending_.empty()) {
-    const auto action = pending_.front().action;
-    if (action == PendingAction::kFakeParseComplete) {
-      protocol::BuildParseComplete(sink);
-    } else if (action == PendingAction::kFakeCloseComplete) {
-      protocol::BuildCloseComplete(sink);
-    } else {
-      break;
-    }
-    pending_.pop_front();
-    any = true;
-  }
-  return any;
-}
-
-bool ServerConn::FlushReadyFakesToClient() {
-  if (client_ == nullptr || skip_remaining_ > 0) return true;
-  protocol::StringSink sink;
-  if (!TakeReadyFakes(sink)) return true;
-  const auto& bytes = sink.bytes();
-  return client_->Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
-}
-
-bool ServerConn::OnBackendMessage(uint8_t type, std::span<const uint8_t> body) {
-  const bool hidden = hidden_rfq_ > 0 || auth_query_running_;
-  const bool pass =
-      hidden || (pending_.empty() && !pipeline_failed_) ? true : OnPendingResponse(type);
-  if (type == 'C' && !body.empty()) {
-    // DISCARD ALL / DEALLOCATE ALL drop every prepared statement on the server.
-    auto tag = protocol::ParseCommandComplete(body);
-    if (tag.ok() && (*tag == "DISCARD ALL" || *tag == "DEALLOCATE ALL")) {
-      statements_.Clear();
-      if (client_ != nullptr && !hidden) client_->ForgetPreparedStatements();
-    }
-  }
-  switch (type) {
-    case 'Z': {
-      auto status = protocol::ParseReadyForQuery(body);
-      if (status.ok()) tx_status_ = *status;
-      if (hidden_rfq_ > 0) {
-        --hidden_rfq_;
-        return false;
-      }
-      if (expected_rfq_ > 0) --expected_rfq_;
-      if (auth_query_running_) {
-        FinishAuthQuery();
-        return false;
-      }
-      if (client_ != nullptr) {
-        auto& stats = pool_->stats();
-        ++stats.queries;
-        stats.RecordQuery(
-            static_cast<uint64_t>(absl::ToInt64Microseconds(loop_.now() - query_started_at_)));
-      }
-      return client_ != nullptr && pass;
-    }
-    case 'S':
-      TrackParameterStatus(body);
-      return !hidden && client_ != nullptr;
-    case 'G':
-      if (client_ != nullptr && !hidden) client_->set_in_copy_in(true);
-      break;
-    case 'E':
-      if (hidden && !auth_query_running_) {
-        auto fields = protocol::ParseErrorFields(body);
-        PGFLEET_LOG(kWarning, "server_hidden_query_failed", "server=", id_,
-                    " message=", base::LogQuote(fields.ok() ? fields->message : "malformed"));
-        // A failed SET or check leaves the server in a state we cannot vouch for.
-        MarkCloseOnRelease();
-        return false;
-      }
-      ++pool_->stats().errors;
-      if (auto fields = protocol::ParseErrorFields(body); fields.ok()) {
-        pool_->registry()->counters().CountError(fields->sqlstate);
-      }
-      break;
-    default:
-      break;
-  }
-  if (auth_query_running_) {
-    OnAuthQueryMessage(type, body);
-    return false;
-  }
-  return !hidden && client_ != nullptr && pass;
-}
-
-void ServerConn::ProcessRelay() {
+void ServerConn::ProcessLogin() {
   const uint32_t max_packet =
       static_cast<uint32_t>(pool_->registry()->config().pool.max_packet_size);
-  auto data = in_.Readable();
   size_t pos = 0;
-  size_t forward_start = 0;
-  ClientConn* client = client_;
-  auto forward = [&](size_t end) -> bool {
-    if (end > forward_start && client != nullptr && client_ == client) {
-      pool_->stats().sent_bytes += end - forward_start;
-      if (!client->Send(data.subspan(forward_start, end - forward_start))) {
-        client->Close("write to client failed");
-        return false;
-      }
-    }
-    forward_start = end;
-    return true;
-  };
-  // Stand-in responses go out right after the message that made them due.
-  auto emit_fakes = [&](size_t end) -> bool {
-    if (pending_.empty() || client == nullptr || client_ != client) return true;
-    protocol::StringSink fakes;
-    if (!TakeReadyFakes(fakes)) return true;
-    if (!forward(end)) return false;
-    const auto& bytes = fakes.bytes();
-    if (!client->Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
-      client->Close("write to client failed");
-      return false;
-    }
-    return true;
-  };
-  const bool login = state_ == ServerState::kLogin;
-  while (pos < data.size()) {
-    if (skip_remaining_ > 0) {
-      size_t n = std::min(skip_remaining_, data.size() - pos);
-      if (skip_hidden_) {
-        if (!forward(pos)) return;
-        forward_start = pos + n;
-      }
-      pos += n;
-      skip_remaining_ -= n;
-      if (skip_remaining_ == 0 && !emit_fakes(pos)) return;
-      continue;
-    }
-    protocol::FrameHeader header;
-    auto result = protocol::PeekHeader(data.subspan(pos), max_packet, &header);
+  while (state_ == ServerState::kLogin) {
+    protocol::StreamDecoder::Piece message;
+    auto result =
+        protocol::StreamDecoder::PeekWhole(in_.Readable().subspan(pos), max_packet, &message);
     if (result == protocol::FrameResult::kNeedMore) break;
     if (result == protocol::FrameResult::kProtocolError) {
-      forward(pos);
       Close("protocol error from server");
       return;
     }
-    const bool whole = login || auth_query_running_ || protocol::BackendNeedsBody(header.type);
-    if (whole) {
-      if (data.size() - pos < header.total_size()) break;
-      auto body = data.subspan(pos + protocol::kHeaderSize, header.body_size());
-      if (login) {
-        HandleLoginMessage(header.type, body);
-        if (closed()) return;
-        pos += header.total_size();
-        forward_start = pos;
-        if (state_ != ServerState::kLogin) {
-          // Login finished inside this chunk; anything after it is unexpected.
-          in_.Consume(pos);
-          return;
-        }
-        continue;
-      }
-      bool to_client = OnBackendMessage(header.type, body);
-      if (closed()) return;
-      if (!to_client) {
-        if (!forward(pos)) return;
-        forward_start = pos + header.total_size();
-      }
-      pos += header.total_size();
-      if (!emit_fakes(pos)) return;
-    } else {
-      // Streamed (DataRow, CopyData, ...): relay what is here, the rest as it comes.
-      bool to_client = OnBackendMessage(header.type, {});
-      size_t n = std::min(header.total_size(), data.size() - pos);
-      skip_remaining_ = header.total_size() - n;
-      skip_hidden_ = !to_client;
-      if (!to_client) {
-        if (!forward(pos)) return;
-        forward_start = pos + n;
-      }
-      pos += n;
-      if (skip_remaining_ == 0 && !emit_fakes(pos)) return;
-    }
+    HandleLoginMessage(message.header.type, message.body());
+    if (closed()) return;
+    pos += message.header.total_size();
   }
-  if (!forward(pos)) return;
-  if (closed()) return;
+  // Anything after the login's ReadyForQuery stays unread: an idle server must send nothing.
+  in_.Consume(pos);
+}
+
+void ServerConn::ProcessAuthQuery() {
+  const uint32_t max_packet =
+      static_cast<uint32_t>(pool_->registry()->config().pool.max_packet_size);
+  size_t pos = 0;
+  while (auth_query_running_) {
+    protocol::StreamDecoder::Piece message;
+    auto result =
+        protocol::StreamDecoder::PeekWhole(in_.Readable().subspan(pos), max_packet, &message);
+    if (result == protocol::FrameResult::kNeedMore) break;
+    if (result == protocol::FrameResult::kProtocolError) {
+      Close("protocol error from server");
+      return;
+    }
+    pos += message.header.total_size();
+    if (message.header.type == 'Z') {
+      FinishAuthQuery();
+      if (closed()) return;
+      break;
+    }
+    OnAuthQueryMessage(message.header.type, message.body());
+  }
   in_.Consume(pos);
   in_.ReleaseIfEmpty();
-  if (client != nullptr && client_ == client && client->has_pending_output()) {
+  AfterRelayChunk();
+}
+
+void ServerConn::ProcessRelay() {
+  if (state_ == ServerState::kLogin) return ProcessLogin();
+  if (auth_query_running_) return ProcessAuthQuery();
+  ClientConn* client = client_;
+  const auto data = in_.Readable();
+  ConnectionOutput to_client(client, data);
+  Observer observer(*this);
+  const BackendVerdict verdict = relay_.FromServer(data, to_client, observer);
+  const bool delivered = to_client.Finish();
+  pool_->stats().sent_bytes += to_client.passed();
+  in_.Consume(verdict.consumed);
+  in_.ReleaseIfEmpty();
+  if (!delivered) {
+    client->Close("write to client failed");
+    return;
+  }
+  if (verdict.protocol_error) {
+    Close("protocol error from server");
+    return;
+  }
+  if (client != nullptr && client->has_pending_output()) {
     // The client is slower than the server: stop reading until it drains (bounded memory).
     SetReadEnabled(false);
   }
@@ -736,8 +567,8 @@ void ServerConn::ProcessRelay() {
 }
 
 void ServerConn::AfterRelayChunk() {
-  if (state_ == ServerState::kTesting && hidden_rfq_ == 0 && expected_rfq_ == 0 &&
-      !auth_query_running_) {
+  if (state_ == ServerState::kTesting && !relay_.hidden_in_flight() &&
+      !relay_.query_in_progress() && !auth_query_running_) {
     if (close_on_release_) {
       Close("server check or reset failed");
     } else {
@@ -750,14 +581,13 @@ void ServerConn::AfterRelayChunk() {
     return;
   }
   if (pool_->mode() == config::PoolMode::kSession) return;
-  if (expected_rfq_ == 0 && hidden_rfq_ == 0 && tx_status_ != 'I' &&
-      pool_->mode() == config::PoolMode::kStatement) {
+  if (pool_->mode() == config::PoolMode::kStatement && relay_.TransactionLeftOpen()) {
     // Closing the client closes this server too: it is inside a transaction.
     client_->Fatal(protocol::sqlstate::kFeatureNotSupported,
                    "transaction blocks not allowed in statement pooling mode");
     return;
   }
-  if (IsReleasable()) pool_->ReleaseServer(this);
+  if (relay_.IsReleasable()) pool_->ReleaseServer(this);
 }
 
 void ServerConn::Close(std::string_view reason) {

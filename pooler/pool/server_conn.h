@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,7 +14,7 @@
 #include "pooler/base/intrusive_list.h"
 #include "pooler/net/connection.h"
 #include "pooler/pool/param_sync.h"
-#include "pooler/pool/prepared_statements.h"
+#include "pooler/pool/relay.h"
 #include "pooler/protocol/backend.h"
 #include "pooler/protocol/byte_sink.h"
 
@@ -56,16 +55,14 @@ class ServerConn final : public net::Connection, public base::ListNode {
   // Sends a query whose responses, up to and including its ReadyForQuery, are swallowed.
   [[nodiscard]] bool SendHiddenQuery(std::string_view sql);
 
-  // True when everything sent has been answered and the server is outside a transaction, so it
-  // may serve another client (DESIGN.md "Transaction pooling rules").
-  bool IsReleasable() const;
-  bool in_transaction() const { return tx_status_ != 'I'; }
-  bool query_in_progress() const { return expected_rfq_ > 0; }
+  // The relay decides everything about the messages this server exchanges with its client.
+  Relay& relay() { return relay_; }
+  // The release rule (Relay::IsReleasable): this server may serve another client.
+  bool IsReleasable() const { return relay_.IsReleasable(); }
+  bool in_transaction() const { return relay_.in_transaction(); }
+  bool query_in_progress() const { return relay_.query_in_progress() || auth_query_running_; }
 
-  // Counts one client message expecting a ReadyForQuery (Query, Sync, FunctionCall).
-  void ExpectReadyForQuery() { ++expected_rfq_; }
-
-  const ParamSet& params() const { return params_; }
+  const ParamSet& params() const { return relay_.params(); }
   // Every ParameterStatus the server sent at login, in order, for welcoming clients.
   const std::vector<std::pair<std::string, std::string>>& login_params() const {
     return login_params_;
@@ -77,8 +74,7 @@ class ServerConn final : public net::Connection, public base::ListNode {
   absl::Time last_used_at() const { return last_used_at_; }
   void touch(absl::Time now) { last_used_at_ = now; }
   absl::Time linked_at() const { return linked_at_; }
-  absl::Time query_started_at() const { return query_started_at_; }
-  void set_query_started_at(absl::Time t) { query_started_at_ = t; }
+  absl::Time query_started_at() const { return relay_.query_started_at(); }
 
   // Close instead of returning to the pool at the next release (reload, RECONNECT, lifetime).
   void MarkCloseOnRelease() { close_on_release_ = true; }
@@ -94,23 +90,16 @@ class ServerConn final : public net::Connection, public base::ListNode {
   // The client waiting for this server's auth_query answer went away.
   void AbandonAuthQuery() { auth_query_client_ = nullptr; }
 
-  // Prepared statements (transaction/statement mode): what this server has, and the responses
-  // it owes for extended-protocol messages in flight.
-  ServerStatementCache& statements() { return statements_; }
-  void PushPending(const Pending& pending) { pending_.push_back(pending); }
-  bool has_pending() const { return !pending_.empty(); }
-  // Sends stand-in responses that are due now straight to the client (when nothing the server
-  // owes comes before them). False when the client write failed.
-  bool FlushReadyFakesToClient();
-
   // Closes the socket, unlinks, and leaves the pool. `reason` is logged.
   void Close(std::string_view reason);
 
  private:
+  class Observer;
   void OnConnected();
   // server_tls_sslmode: the one-byte answer to our SSLRequest, then the handshake.
   void HandleSslAnswer(uint32_t events);
   void ContinueHandshake();
+  void ProcessLogin();
   void HandleLoginMessage(uint8_t type, std::span<const uint8_t> body);
   void HandleAuthRequest(std::span<const uint8_t> body);
   void HandleLoginError(std::span<const uint8_t> body);
@@ -118,16 +107,11 @@ class ServerConn final : public net::Connection, public base::ListNode {
   void FailLogin(std::string_view message);
   void SendStartup();
   void ProcessRelay();
-  // Returns false when the message must not reach the client.
-  bool OnBackendMessage(uint8_t type, std::span<const uint8_t> body);
-  void TrackParameterStatus(std::span<const uint8_t> body);
+  void ProcessAuthQuery();
   void AfterRelayChunk();
-  // Pops what `type` answers; returns false when the response must be hidden.
-  bool OnPendingResponse(uint8_t type);
-  // Appends ParseComplete/CloseComplete for leading stand-in entries, popping them.
-  bool TakeReadyFakes(protocol::StringSink& sink);
   void OnAuthQueryMessage(uint8_t type, std::span<const uint8_t> body);
   void FinishAuthQuery();
+  bool SendSink(const protocol::StringSink& sink);
 
   Pool* pool_;
   uint64_t id_;
@@ -135,19 +119,11 @@ class ServerConn final : public net::Connection, public base::ListNode {
   ClientConn* client_ = nullptr;
   uint64_t link_generation_ = 0;
 
-  int expected_rfq_ = 0;
-  int hidden_rfq_ = 0;
-  char tx_status_ = 'I';
-  size_t skip_remaining_ = 0;  // bytes of a streamed message still to relay
-  bool skip_hidden_ = false;   // ...and whether they are swallowed
   bool close_on_release_ = false;
   bool awaiting_ssl_answer_ = false;
   int cancels_in_flight_ = 0;
 
-  ParamSet params_;
-  ServerStatementCache statements_;
-  std::deque<Pending> pending_;
-  bool pipeline_failed_ = false;  // an error: the server skips to the next Sync
+  Relay relay_;
   std::vector<std::pair<std::string, std::string>> login_params_;
   uint32_t backend_pid_ = 0;
   std::vector<uint8_t> backend_secret_;
@@ -162,7 +138,6 @@ class ServerConn final : public net::Connection, public base::ListNode {
   absl::Time created_at_;
   absl::Time last_used_at_;
   absl::Time linked_at_;
-  absl::Time query_started_at_;
 };
 
 }  // namespace pgfleet::pool

@@ -46,9 +46,12 @@ class Message {
     bytes_.append(reinterpret_cast<const char*>(s.data()), s.size());
     return *this;
   }
-  void Finish(ByteSink& sink) {
+  void Finish(ByteSink& sink) { FinishBefore(sink, 0); }
+  // Writes the message's first part; its length counts `trailing` more body bytes that the
+  // caller relays after it (the parameters of a renamed Bind).
+  void FinishBefore(ByteSink& sink, size_t trailing) {
     StoreBigEndian32(reinterpret_cast<uint8_t*>(bytes_.data() + header_),
-                     static_cast<uint32_t>(bytes_.size() - header_));
+                     static_cast<uint32_t>(bytes_.size() - header_ + trailing));
     sink.Append(bytes_);
   }
 
@@ -71,7 +74,6 @@ void BuildErrorOrNotice(ByteSink& sink, char type, std::string_view severity,
 }  // namespace
 
 void BuildAuthenticationOk(ByteSink& sink) { Message('R').Int32(0).Finish(sink); }
-void BuildAuthenticationCleartext(ByteSink& sink) { Message('R').Int32(3).Finish(sink); }
 void BuildAuthenticationMd5(ByteSink& sink, std::span<const uint8_t, 4> salt) {
   Message('R').Int32(5).Raw(std::span<const uint8_t>(salt)).Finish(sink);
 }
@@ -136,7 +138,15 @@ void BuildDataRow(ByteSink& sink, std::span<const std::string_view> values,
   m.Finish(sink);
 }
 void BuildParseComplete(ByteSink& sink) { Message('1').Finish(sink); }
+void BuildBindComplete(ByteSink& sink) { Message('2').Finish(sink); }
 void BuildCloseComplete(ByteSink& sink) { Message('3').Finish(sink); }
+void BuildNoData(ByteSink& sink) { Message('n').Finish(sink); }
+void BuildParameterDescription(ByteSink& sink, std::span<const uint32_t> type_oids) {
+  Message message('t');
+  message.Int16(static_cast<int16_t>(type_oids.size()));
+  for (uint32_t oid : type_oids) message.Int32(oid);
+  message.Finish(sink);
+}
 
 void BuildStartupMessage(ByteSink& sink,
                          std::span<const std::pair<std::string_view, std::string_view>> params) {
@@ -155,7 +165,6 @@ void BuildSaslResponse(ByteSink& sink, std::string_view data) {
   Message('p').Raw(data).Finish(sink);
 }
 void BuildQuery(ByteSink& sink, std::string_view sql) { Message('Q').CString(sql).Finish(sink); }
-void BuildTerminate(ByteSink& sink) { Message('X').Finish(sink); }
 void BuildSync(ByteSink& sink) { Message('S').Finish(sink); }
 void BuildCancelRequest(ByteSink& sink, uint32_t pid, std::span<const uint8_t> secret) {
   Message(0).Int32(80877102).Int32(pid).Raw(secret).Finish(sink);
@@ -170,6 +179,30 @@ void BuildParse(ByteSink& sink, std::string_view name, std::string_view query,
 }
 void BuildClose(ByteSink& sink, char kind, std::string_view name) {
   Message('C').Byte(kind).CString(name).Finish(sink);
+}
+
+void BuildParseWithTail(ByteSink& sink, std::string_view name, std::span<const uint8_t> tail) {
+  Message('P').CString(name).Raw(tail).Finish(sink);
+}
+void BuildBindHead(ByteSink& sink, std::string_view portal, std::string_view statement,
+                   size_t rest_size) {
+  Message('B').CString(portal).CString(statement).FinishBefore(sink, rest_size);
+}
+void BuildBindText(ByteSink& sink, std::string_view portal, std::string_view statement,
+                   std::span<const std::string_view> values) {
+  Message message('B');
+  message.CString(portal).CString(statement).Int16(0);  // no format codes: all text
+  message.Int16(static_cast<int16_t>(values.size()));
+  for (std::string_view value : values) {
+    message.Int32(static_cast<uint32_t>(value.size())).Raw(value);
+  }
+  message.Int16(0).Finish(sink);  // result columns in text
+}
+void BuildDescribe(ByteSink& sink, char kind, std::string_view name) {
+  Message('D').Byte(kind).CString(name).Finish(sink);
+}
+void BuildExecute(ByteSink& sink, std::string_view portal, uint32_t max_rows) {
+  Message('E').CString(portal).Int32(max_rows).Finish(sink);
 }
 
 }  // namespace pgfleet::protocol

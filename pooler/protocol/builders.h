@@ -13,7 +13,6 @@ namespace pgfleet::protocol {
 
 // --- backend messages (pgfleet -> client) ---
 void BuildAuthenticationOk(ByteSink& sink);
-void BuildAuthenticationCleartext(ByteSink& sink);
 void BuildAuthenticationMd5(ByteSink& sink, std::span<const uint8_t, 4> salt);
 void BuildAuthenticationSasl(ByteSink& sink, std::span<const std::string_view> mechanisms);
 void BuildAuthenticationSaslContinue(ByteSink& sink, std::string_view data);
@@ -40,7 +39,10 @@ void BuildRowDescription(ByteSink& sink, std::span<const ColumnSpec> columns);
 void BuildDataRow(ByteSink& sink, std::span<const std::string_view> values,
                   std::span<const bool> is_null = {});
 void BuildParseComplete(ByteSink& sink);
+void BuildBindComplete(ByteSink& sink);
 void BuildCloseComplete(ByteSink& sink);
+void BuildNoData(ByteSink& sink);
+void BuildParameterDescription(ByteSink& sink, std::span<const uint32_t> type_oids);
 
 // --- frontend messages (pgfleet -> server) ---
 void BuildStartupMessage(ByteSink& sink,
@@ -49,12 +51,23 @@ void BuildPasswordMessage(ByteSink& sink, std::string_view password);
 void BuildSaslInitialResponse(ByteSink& sink, std::string_view mechanism, std::string_view data);
 void BuildSaslResponse(ByteSink& sink, std::string_view data);
 void BuildQuery(ByteSink& sink, std::string_view sql);
-void BuildTerminate(ByteSink& sink);
 void BuildSync(ByteSink& sink);
 void BuildCancelRequest(ByteSink& sink, uint32_t pid, std::span<const uint8_t> secret);
 void BuildSslRequest(ByteSink& sink);
 void BuildParse(ByteSink& sink, std::string_view name, std::string_view query,
                 std::span<const uint32_t> param_types);
 void BuildClose(ByteSink& sink, char kind, std::string_view name);
+// A Parse of statement `name` whose body after the name is `tail` as the client sent it (query,
+// NUL, parameter types): a renamed or re-sent prepared statement.
+void BuildParseWithTail(ByteSink& sink, std::string_view name, std::span<const uint8_t> tail);
+// The start of a Bind (header, portal and statement names) whose remaining `rest_size` body bytes
+// (parameters and result formats) the caller relays unchanged right after it.
+void BuildBindHead(ByteSink& sink, std::string_view portal, std::string_view statement,
+                   size_t rest_size);
+// A whole Bind with text parameters and text results.
+void BuildBindText(ByteSink& sink, std::string_view portal, std::string_view statement,
+                   std::span<const std::string_view> values);
+void BuildDescribe(ByteSink& sink, char kind, std::string_view name);
+void BuildExecute(ByteSink& sink, std::string_view portal, uint32_t max_rows);
 
 }  // namespace pgfleet::protocol

@@ -7,18 +7,16 @@ namespace pgfleet::protocol::sqlstate {
 
 inline constexpr std::string_view kProtocolViolation = "08P01";
 inline constexpr std::string_view kConnectionFailure = "08006";
-inline constexpr std::string_view kConnectionException = "08000";
 inline constexpr std::string_view kInvalidPassword = "28P01";
 inline constexpr std::string_view kInvalidAuthorization = "28000";
 inline constexpr std::string_view kInvalidCatalogName = "3D000";
 inline constexpr std::string_view kTooManyConnections = "53300";
 inline constexpr std::string_view kQueryCanceled = "57014";
 inline constexpr std::string_view kAdminShutdown = "57P01";
-inline constexpr std::string_view kCannotConnectNow = "57P03";
 inline constexpr std::string_view kIdleSessionTimeout = "57P05";
 inline constexpr std::string_view kIdleInTransactionTimeout = "25P03";
 inline constexpr std::string_view kFeatureNotSupported = "0A000";
-inline constexpr std::string_view kInternalError = "XX000";
-inline constexpr std::string_view kProgramLimitExceeded = "54000";
+inline constexpr std::string_view kInvalidSqlStatementName = "26000";
+inline constexpr std::string_view kDuplicatePreparedStatement = "42P05";
 
 }  // namespace pgfleet::protocol::sqlstate

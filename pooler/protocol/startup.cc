@@ -8,13 +8,6 @@
 namespace pgfleet::protocol {
 namespace base = ::pgfleet::base;
 
-std::string_view StartupPacket::Get(std::string_view name) const {
-  for (const auto& [key, value] : parameters) {
-    if (key == name) return value;
-  }
-  return {};
-}
-
 absl::StatusOr<StartupPacket> ParseStartupPacket(std::span<const uint8_t> packet) {
   Reader reader(packet);
   int32_t length = 0;

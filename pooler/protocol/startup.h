@@ -22,9 +22,6 @@ struct StartupPacket {
   // kCancelRequest: the key as sent (ProcessID and secret).
   uint32_t cancel_pid = 0;
   std::vector<uint8_t> cancel_secret;
-
-  // The value of `name`, or empty when absent.
-  std::string_view Get(std::string_view name) const;
 };
 
 // `packet` is one whole startup-class packet including its length word (see PeekStartupLength).

@@ -46,9 +46,9 @@ TEST(BuildersTest, AuthenticationOk) {
   EXPECT_TRUE(auth->data.empty());
 }
 
-TEST(BuildersTest, AuthenticationCleartext) {
-  const std::string bytes = Build([](ByteSink& s) { BuildAuthenticationCleartext(s); });
-  EXPECT_EQ(bytes, "R\0\0\0\x08\0\0\0\x03"s);
+TEST(BuildersTest, AuthenticationCleartextParses) {
+  // pgfleet never asks a client for a cleartext password; servers may ask pgfleet.
+  const std::string bytes = "R\0\0\0\x08\0\0\0\x03"s;
   auto auth = ParseAuthentication(BodyOf(bytes));
   ASSERT_TRUE(auth.ok()) << auth.status();
   EXPECT_EQ(auth->code, static_cast<int32_t>(AuthRequest::kCleartext));
@@ -220,8 +220,9 @@ TEST(BuildersTest, StartupMessage) {
   EXPECT_EQ(bytes, "\0\0\0\x1b\0\x03\0\0user\0u\0database\0d\0\0"s);
   auto parsed = ParseStartupPacket(AsBytes(bytes));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(parsed->Get("user"), "u");
-  EXPECT_EQ(parsed->Get("database"), "d");
+  const std::vector<std::pair<std::string, std::string>> expected = {{"user", "u"},
+                                                                     {"database", "d"}};
+  EXPECT_EQ(parsed->parameters, expected);
 }
 
 TEST(BuildersTest, PasswordMessage) {
@@ -256,8 +257,7 @@ TEST(BuildersTest, Query) {
   EXPECT_EQ(*sql, "SET TimeZone='UTC';");
 }
 
-TEST(BuildersTest, TerminateAndSync) {
-  EXPECT_EQ(Build([](ByteSink& s) { BuildTerminate(s); }), "X\0\0\0\x04"s);
+TEST(BuildersTest, Sync) {
   EXPECT_EQ(Build([](ByteSink& s) { BuildSync(s); }), "S\0\0\0\x04"s);
 }
 
@@ -296,4 +296,29 @@ TEST(BuildersTest, BuildersAppendWholeMessagesToOneSink) {
 }
 
 }  // namespace
+TEST(BuildersTest, ExtendedProtocolMessages) {
+  EXPECT_EQ(Build([](ByteSink& s) { BuildBindComplete(s); }), "2\0\0\0\x04"s);
+  EXPECT_EQ(Build([](ByteSink& s) { BuildNoData(s); }), "n\0\0\0\x04"s);
+  EXPECT_EQ(Build([](ByteSink& s) { BuildParameterDescription(s, {}); }), "t\0\0\0\x06\0\0"s);
+  const uint32_t int4 = 23;
+  EXPECT_EQ(Build([&](ByteSink& s) {
+              BuildParameterDescription(s, {&int4, 1});
+            }),
+            "t\0\0\0\x0a\0\x01\0\0\0\x17"s);
+  EXPECT_EQ(Build([](ByteSink& s) { BuildExecute(s, "", 0); }), "E\0\0\0\x09\0\0\0\0\0"s);
+  EXPECT_EQ(Build([](ByteSink& s) { BuildDescribe(s, 'S', "a"); }), "D\0\0\0\x07Sa\0"s);
+  const std::string_view values[] = {"bob"};
+  EXPECT_EQ(Build([&](ByteSink& s) { BuildBindText(s, "", "", values); }),
+            "B\0\0\0\x13\0\0\0\0\0\x01\0\0\0\x03"
+            "bob\0\0"s);
+  const std::string tail = "select 1\0\0\0"s;
+  EXPECT_EQ(
+      Build([&](ByteSink& s) {
+        BuildParseWithTail(s, "p1", {reinterpret_cast<const uint8_t*>(tail.data()), tail.size()});
+      }),
+      "P\0\0\0\x12p1\0select 1\0\0\0"s);
+  // The head of a renamed Bind counts the parameter bytes relayed after it.
+  EXPECT_EQ(Build([](ByteSink& s) { BuildBindHead(s, "", "s1", 6); }), "B\0\0\0\x0e\0s1\0"s);
+}
+
 }  // namespace pgfleet::protocol

@@ -124,7 +124,7 @@ TEST(PeekHeaderTest, ByteByByteInputYieldsEachMessageOnlyWhenWhole) {
   StringSink sink;
   BuildQuery(sink, "select 1");
   BuildSync(sink);
-  BuildTerminate(sink);
+  sink.Append(std::string_view("X\0\0\0\x04", 5));  // Terminate
   const std::string& all = sink.bytes();
   const size_t query_end = kHeaderSize + 9;  // "select 1\0"
   const size_t sync_end = query_end + kHeaderSize;

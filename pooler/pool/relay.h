@@ -1,0 +1,184 @@
+// The relay between a client and the server it is linked to, without sockets: fed the bytes each
+// side sends, it decides what the other side gets (passed on, replaced, hidden, or answered by
+// pgfleet) and keeps everything the transaction-pooling release rule needs. ClientConn and
+// ServerConn are I/O shells around it; unit tests and a fuzzer drive it with byte streams
+// (docs/architecture.md, "The relay").
+//
+// State lives where it belongs: what pgfleet knows of a client across servers (its prepared
+// statement names, the parameters it set, where its stream is) in a ClientStream owned by the
+// ClientConn; what it knows of a server (answers it still owes, transaction status, statements it
+// has) in the Relay owned by the ServerConn. Linking points the Relay at the client's stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "pooler/pool/param_sync.h"
+#include "pooler/pool/prepared_statements.h"
+#include "pooler/protocol/byte_sink.h"
+#include "pooler/protocol/stream_decoder.h"
+
+namespace pgfleet::pool {
+
+// Where relayed bytes go. The shell coalesces adjacent runs into one write.
+class RelayOutput {
+ public:
+  virtual ~RelayOutput() = default;
+  // Bytes [begin, end) of the chunk being processed, unchanged.
+  virtual void Pass(size_t begin, size_t end) = 0;
+  // Bytes pgfleet made, at this point of the stream.
+  virtual void Insert(std::span<const uint8_t> bytes) = 0;
+};
+
+// What the relay reports about server messages; counters and logs, never I/O.
+class RelayObserver {
+ public:
+  virtual ~RelayObserver() = default;
+  // A ReadyForQuery ended a client query on a linked server.
+  virtual void OnQueryAnswered() {}
+  // An ErrorResponse for the client's (or nobody's) query, with its SQLSTATE.
+  virtual void OnServerError(std::string_view /*sqlstate*/) {}
+  // A query pgfleet sent itself (SET, check, reset) failed: the server cannot be vouched for.
+  virtual void OnHiddenQueryFailed(std::string_view /*message*/) {}
+};
+
+// Settings shared by every relay of a pool (the pool updates them on reload).
+struct RelaySettings {
+  uint32_t max_packet_size = 1u << 30;
+  // Named prepared statements are renamed and tracked per server (transaction/statement mode).
+  bool track_prepared = false;
+  size_t max_prepared_statements = 0;
+  const TrackedParamNames* tracked = nullptr;  // not null
+  StatementRegistry* statements = nullptr;     // worker-wide interning; not null when tracking
+};
+
+// The client's half of the protocol state; survives changes of server.
+struct ClientStream {
+  ClientStream(uint32_t max_packet_size, size_t tracked_slots)
+      : decoder(max_packet_size), params(tracked_slots) {}
+
+  protocol::StreamDecoder decoder;  // where the client's stream is (inside a message or not)
+  ParamSet params;                  // tracked parameters the client wants
+  // Named prepared statements by the client's name (transaction/statement mode).
+  absl::flat_hash_map<std::string, StatementPtr> statements;
+  bool in_copy_in = false;  // inside COPY FROM STDIN
+  bool unsynced = false;    // sent extended-protocol messages not yet closed by Sync
+
+  bool mid_message() const { return decoder.mid_message(); }
+};
+
+// What to do after a chunk of client bytes.
+struct FrontendVerdict {
+  enum class Kind {
+    kContinue,   // relay on
+    kTerminate,  // the client sent Terminate: close it
+    kReject,     // send FATAL `sqlstate` `message` to the client and close it
+  };
+  Kind kind = Kind::kContinue;
+  size_t consumed = 0;      // input bytes decided; the rest waits for more
+  bool copy_ended = false;  // a CopyDone/CopyFail ended COPY FROM STDIN in this chunk
+  // kReject only.
+  std::string_view sqlstate;
+  std::string message;
+  bool protocol_error = false;  // counted as a protocol error
+};
+
+struct BackendVerdict {
+  size_t consumed = 0;
+  bool protocol_error = false;  // a bad length from the server: close it
+};
+
+class Relay {
+ public:
+  explicit Relay(const RelaySettings& settings);
+
+  // The client whose stream this server carries, or nullptr.
+  void Link(ClientStream* client) { client_ = client; }
+  void Unlink() { client_ = nullptr; }
+  ClientStream* client() const { return client_; }
+
+  // Client -> server: decides the front of `data`. What the server gets goes to `to_server`;
+  // stand-in answers due at once (ParseComplete/CloseComplete for messages the server never saw)
+  // are appended to `to_client`. `now` stamps the start of a query.
+  FrontendVerdict FromClient(std::span<const uint8_t> data, absl::Time now, RelayOutput& to_server,
+                             protocol::ByteSink& to_client);
+
+  // Server -> client: what the linked client gets goes to `to_client` (nothing when unlinked).
+  BackendVerdict FromServer(std::span<const uint8_t> data, RelayOutput& to_client,
+                            RelayObserver& observer);
+
+  // A query pgfleet sends itself (parameter sync, check, reset): appends it to `to_server`; its
+  // answers up to and including its ReadyForQuery never reach a client.
+  void AddHiddenQuery(protocol::ByteSink& to_server, std::string_view sql);
+
+  // The release rule: everything sent has been answered, the server is outside a transaction, and
+  // the client is outside COPY, has closed its extended messages with Sync and is between
+  // messages. Only then may the server serve another client.
+  bool IsReleasable() const;
+  bool in_transaction() const { return tx_status_ != 'I'; }
+  bool query_in_progress() const { return expected_rfq_ > 0; }
+  bool hidden_in_flight() const { return hidden_rfq_ > 0; }
+  absl::Time query_started_at() const { return query_started_at_; }
+  // A statement-mode client opened a transaction block: nothing is in flight and it is still open.
+  bool TransactionLeftOpen() const {
+    return expected_rfq_ == 0 && hidden_rfq_ == 0 && tx_status_ != 'I';
+  }
+
+  // Tracked parameters as the server has them now.
+  const ParamSet& params() const { return params_; }
+  ParamSet& mutable_params() { return params_; }
+  ServerStatementCache& statements() { return statements_; }
+
+  // Stand-in answers due now that nothing the server owes comes before them; false when none.
+  bool TakeReadyAnswers(protocol::ByteSink& to_client);
+
+  // An idle client's `DEALLOCATE name` (simple, or psycopg's extended Parse/Bind/Describe/Execute/
+  // Sync of it) for a statement pgfleet renamed: no server knows that name, so pgfleet forgets it
+  // and answers, ReadyForQuery included. Returns the bytes of `data` answered, 0 when the front of
+  // `data` is not such a DEALLOCATE.
+  static size_t AnswerIdleDeallocate(ClientStream& client, std::span<const uint8_t> data,
+                                     protocol::ByteSink& to_client);
+
+ private:
+  // What the server owes for each extended-protocol message in flight (see Pending).
+  void PushPending(PendingKind kind, PendingAction action, uint64_t statement_id = 0) {
+    pending_.push_back({kind, action, statement_id});
+  }
+  // Returns false when the backend message must not reach the client.
+  bool OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayObserver& observer);
+  bool OnPendingResponse(uint8_t type);
+  void TrackParameterStatus(std::span<const uint8_t> body);
+  void EmitReadyAnswers(RelayOutput& to_client);
+
+  // Prepared statements (relay_prepared.cc).
+  enum class Rewrite { kPassThrough, kReplace, kNeedMore, kReject };
+  // Renames statements in Parse/Bind/Describe/Close. kReplace: `scratch_` holds bytes to send
+  // instead of the message's first `*skip` bytes. kReject: `verdict` says why.
+  Rewrite RewritePrepared(const protocol::StreamDecoder::Piece& piece, size_t* skip,
+                          FrontendVerdict* verdict);
+  void EnsureOnServer(const StatementPtr& statement);
+  void AppendParse(const StatementPtr& statement, PendingAction action);
+
+  const RelaySettings& settings_;
+  ClientStream* client_ = nullptr;
+
+  int expected_rfq_ = 0;  // ReadyForQuery owed for client Query/Sync/FunctionCall
+  int hidden_rfq_ = 0;    // ... and for pgfleet's own queries
+  char tx_status_ = 'I';
+  absl::Time query_started_at_;
+  protocol::StreamDecoder backend_;
+  bool backend_piece_hidden_ = false;  // the server message being streamed is swallowed
+  std::deque<Pending> pending_;
+  bool pipeline_failed_ = false;  // an error: the server skips to the next Sync
+  ParamSet params_;
+  ServerStatementCache statements_;
+  protocol::StringSink scratch_;
+};
+
+}  // namespace pgfleet::pool

@@ -1,0 +1,236 @@
+// Renaming of named prepared statements in client messages under transaction pooling
+// (docs/architecture.md, "Prepared statements"), and DEALLOCATE answered by pgfleet.
+#include <optional>
+
+#include "pooler/base/strings.h"
+#include "pooler/pool/relay.h"
+#include "pooler/protocol/builders.h"
+#include "pooler/protocol/reader.h"
+#include "pooler/protocol/sqlstate.h"
+
+namespace pgfleet::pool {
+
+void Relay::AppendParse(const StatementPtr& statement, PendingAction action) {
+  auto& counters = settings_.statements->counters();
+  if (auto evicted = statements_.Add(statement->id, statement->server_name,
+                                     settings_.max_prepared_statements)) {
+    protocol::BuildClose(scratch_, 'S', *evicted);
+    PushPending(PendingKind::kClose, PendingAction::kHide);
+    ++counters.evictions;
+  }
+  const auto& tail = statement->parse_tail;
+  protocol::BuildParseWithTail(scratch_, statement->server_name,
+                               {reinterpret_cast<const uint8_t*>(tail.data()), tail.size()});
+  PushPending(PendingKind::kParse, action, statement->id);
+}
+
+void Relay::EnsureOnServer(const StatementPtr& statement) {
+  if (statements_.Contains(statement->id)) {
+    statements_.Touch(statement->id);
+    return;
+  }
+  ++settings_.statements->counters().reprepares;
+  AppendParse(statement, PendingAction::kHide);
+}
+
+Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piece, size_t* skip,
+                                      FrontendVerdict* verdict) {
+  const uint8_t type = piece.header.type;
+  if (type != 'P' && type != 'B' && type != 'D' && type != 'C') return Rewrite::kPassThrough;
+  const bool whole = piece.whole();
+  // A Bind's names come first; its parameters may stream on in pieces.
+  if (type != 'B' && !whole) return Rewrite::kNeedMore;
+  protocol::Reader reader(piece.bytes.subspan(protocol::kHeaderSize));
+  auto reject = [&](std::string_view sqlstate, std::string message, bool protocol_error) {
+    verdict->kind = FrontendVerdict::Kind::kReject;
+    verdict->sqlstate = sqlstate;
+    verdict->message = std::move(message);
+    verdict->protocol_error = protocol_error;
+    return Rewrite::kReject;
+  };
+  auto malformed = [&] {
+    return reject(protocol::sqlstate::kProtocolViolation, "malformed extended-protocol message",
+                  true);
+  };
+  auto missing = [&](std::string_view name) {
+    return reject(protocol::sqlstate::kInvalidSqlStatementName,
+                  base::StrCat("prepared statement \"", name, "\" does not exist"), false);
+  };
+  auto& names = client_->statements;
+
+  switch (type) {
+    case 'P': {
+      std::string_view name;
+      if (!reader.ReadCString(&name)) return malformed();
+      if (name.empty()) {
+        PushPending(PendingKind::kParse, PendingAction::kForward);
+        return Rewrite::kPassThrough;
+      }
+      const auto tail = reader.Rest();
+      auto& registry = *settings_.statements;
+      StatementPtr statement = registry.Intern(
+          std::string_view(reinterpret_cast<const char*>(tail.data()), tail.size()));
+      ++registry.counters().prepared;
+      auto [it, inserted] = names.try_emplace(std::string(name), statement);
+      if (!inserted && it->second->id != statement->id) {
+        return reject(protocol::sqlstate::kDuplicatePreparedStatement,
+                      base::StrCat("prepared statement \"", name, "\" already exists"), false);
+      }
+      *skip = piece.header.total_size();
+      if (statements_.Contains(statement->id)) {
+        // The server has it already: answer ParseComplete ourselves, in order.
+        statements_.Touch(statement->id);
+        ++registry.counters().hits;
+        PushPending(PendingKind::kParse, PendingAction::kFakeParseComplete);
+      } else {
+        AppendParse(statement, PendingAction::kForward);
+      }
+      return Rewrite::kReplace;
+    }
+    case 'B': {
+      std::string_view portal;
+      std::string_view name;
+      if (!reader.ReadCString(&portal) || !reader.ReadCString(&name)) {
+        return whole ? malformed() : Rewrite::kNeedMore;
+      }
+      if (name.empty()) {
+        PushPending(PendingKind::kBind, PendingAction::kForward);
+        return Rewrite::kPassThrough;
+      }
+      auto it = names.find(std::string(name));
+      if (it == names.end()) return missing(name);
+      const StatementPtr statement = it->second;
+      EnsureOnServer(statement);
+      PushPending(PendingKind::kBind, PendingAction::kForward);
+      // New header and names; the parameters stream on from the original message.
+      const size_t names_size = portal.size() + 1 + name.size() + 1;
+      protocol::BuildBindHead(scratch_, portal, statement->server_name,
+                              piece.header.body_size() - names_size);
+      *skip = protocol::kHeaderSize + names_size;
+      return Rewrite::kReplace;
+    }
+    case 'D':
+    case 'C': {
+      uint8_t kind = 0;
+      std::string_view name;
+      if (!reader.ReadByte(&kind) || !reader.ReadCString(&name)) return malformed();
+      const PendingKind pending = type == 'D' ? PendingKind::kDescribe : PendingKind::kClose;
+      if (kind != 'S' || name.empty()) {
+        PushPending(pending, PendingAction::kForward);
+        return Rewrite::kPassThrough;
+      }
+      *skip = piece.header.total_size();
+      if (type == 'C') {
+        // Other clients may share the server-side statement: forget the name, keep the statement.
+        names.erase(std::string(name));
+        PushPending(PendingKind::kClose, PendingAction::kFakeCloseComplete);
+        return Rewrite::kReplace;
+      }
+      auto it = names.find(std::string(name));
+      if (it == names.end()) return missing(name);
+      EnsureOnServer(it->second);
+      PushPending(PendingKind::kDescribe, PendingAction::kForward);
+      protocol::BuildDescribe(scratch_, 'S', it->second->server_name);
+      return Rewrite::kReplace;
+    }
+  }
+  return Rewrite::kPassThrough;
+}
+
+namespace {
+
+// The statement a DEALLOCATE names, when `sql` is one and names a statement of `statements`.
+template <typename Map>
+std::optional<std::string> DeallocatedStatement(std::string_view sql, const Map& statements) {
+  if (!sql.empty() && sql.back() == '\0') sql.remove_suffix(1);
+  std::optional<std::string> name = ParseDeallocate(sql);
+  if (!name.has_value() || !statements.contains(*name)) return std::nullopt;
+  return name;
+}
+
+std::string_view AsText(std::span<const uint8_t> bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+}  // namespace
+
+size_t Relay::AnswerIdleDeallocate(ClientStream& client, std::span<const uint8_t> data,
+                                   protocol::ByteSink& to_client) {
+  if (client.mid_message()) return 0;
+  // A DEALLOCATE, simple or extended (psycopg sends Parse/Bind/Describe/Execute/Sync with the
+  // unnamed statement), is a few hundred bytes at most; anything longer is something else.
+  constexpr size_t kMaxBatch = 1024;
+  data = data.first(std::min(data.size(), kMaxBatch));
+  std::optional<std::string> name;
+  protocol::StringSink answer;
+  size_t pos = 0;
+  bool done = false;
+  while (!done) {
+    protocol::StreamDecoder::Piece piece;
+    if (protocol::StreamDecoder::PeekWhole(data.subspan(pos), kMaxBatch, &piece) !=
+        protocol::FrameResult::kMessage) {
+      return 0;
+    }
+    protocol::Reader reader(piece.body());
+    std::string_view first;
+    switch (piece.header.type) {
+      case 'Q':  // only as the whole batch
+        if (pos != 0) return 0;
+        name = DeallocatedStatement(AsText(piece.body()), client.statements);
+        if (!name.has_value()) return 0;
+        protocol::BuildCommandComplete(answer, "DEALLOCATE");
+        done = true;
+        break;
+      case 'P': {  // unnamed statement, no parameters
+        std::string_view query;
+        int16_t params = 0;
+        if (pos != 0 || !reader.ReadCString(&first) || !first.empty() ||
+            !reader.ReadCString(&query) || !reader.ReadInt16(&params) || params != 0) {
+          return 0;
+        }
+        name = DeallocatedStatement(query, client.statements);
+        if (!name.has_value()) return 0;
+        protocol::BuildParseComplete(answer);
+        break;
+      }
+      case 'B': {  // unnamed portal of the unnamed statement, no parameters
+        std::string_view statement;
+        if (!name.has_value() || !reader.ReadCString(&first) || !first.empty() ||
+            !reader.ReadCString(&statement) || !statement.empty()) {
+          return 0;
+        }
+        protocol::BuildBindComplete(answer);
+        break;
+      }
+      case 'D': {
+        uint8_t kind = 0;
+        if (!name.has_value() || !reader.ReadByte(&kind) || !reader.ReadCString(&first) ||
+            !first.empty()) {
+          return 0;
+        }
+        // A utility command has no parameters and returns no rows.
+        if (kind == 'S') protocol::BuildParameterDescription(answer, {});
+        protocol::BuildNoData(answer);
+        break;
+      }
+      case 'E':
+        if (!name.has_value() || !reader.ReadCString(&first) || !first.empty()) return 0;
+        protocol::BuildCommandComplete(answer, "DEALLOCATE");
+        break;
+      case 'S':
+        if (!name.has_value()) return 0;
+        done = true;
+        break;
+      default:
+        return 0;
+    }
+    pos += piece.header.total_size();
+  }
+  client.statements.erase(*name);
+  // The client is idle (nothing linked, nothing in flight), so answering here keeps order.
+  protocol::BuildReadyForQuery(answer, 'I');
+  to_client.Append(answer.bytes());
+  return pos;
+}
+
+}  // namespace pgfleet::pool

@@ -1,0 +1,494 @@
+// The relay without sockets: byte streams in, what each side gets and the release rule out.
+#include "pooler/pool/relay.h"
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "pooler/protocol/builders.h"
+#include "pooler/protocol/sqlstate.h"
+#include "tests/unit/protocol/test_bytes.h"
+
+namespace pgfleet::pool {
+namespace {
+
+using protocol::StringSink;
+using protocol::testing::AsBytes;
+using protocol::testing::I16;
+using protocol::testing::I32;
+using protocol::testing::Typed;
+
+template <typename Fn>
+std::string Build(Fn fn) {
+  StringSink sink;
+  fn(sink);
+  return sink.bytes();
+}
+
+// Frontend messages.
+std::string Query(std::string_view sql) {
+  return Build([&](StringSink& s) { protocol::BuildQuery(s, sql); });
+}
+std::string Parse(std::string_view name, std::string_view sql) {
+  return Build([&](StringSink& s) { protocol::BuildParse(s, name, sql, {}); });
+}
+std::string Bind(std::string_view statement, std::string_view portal = "") {
+  return Build([&](StringSink& s) { protocol::BuildBindText(s, portal, statement, {}); });
+}
+std::string Describe(char kind, std::string_view name) {
+  return Build([&](StringSink& s) { protocol::BuildDescribe(s, kind, name); });
+}
+std::string Close(char kind, std::string_view name) {
+  return Build([&](StringSink& s) { protocol::BuildClose(s, kind, name); });
+}
+std::string Execute() {
+  return Build([](StringSink& s) { protocol::BuildExecute(s, "", 0); });
+}
+std::string Sync() {
+  return Build([](StringSink& s) { protocol::BuildSync(s); });
+}
+std::string CopyData(std::string_view data) { return Typed('d', data); }
+std::string CopyDone() { return Typed('c', ""); }
+std::string CopyFail() { return Typed('f', std::string("gave up\0", 8)); }
+std::string Terminate() { return Typed('X', ""); }
+
+// Backend messages.
+std::string Ready(char status) {
+  return Build([&](StringSink& s) { protocol::BuildReadyForQuery(s, status); });
+}
+std::string Complete(std::string_view tag) {
+  return Build([&](StringSink& s) { protocol::BuildCommandComplete(s, tag); });
+}
+std::string Error(std::string_view sqlstate = "42P01") {
+  return Build([&](StringSink& s) {
+    protocol::BuildErrorResponse(s, "ERROR", sqlstate, "relation does not exist");
+  });
+}
+std::string ParseComplete() {
+  return Build([](StringSink& s) { protocol::BuildParseComplete(s); });
+}
+std::string BindComplete() {
+  return Build([](StringSink& s) { protocol::BuildBindComplete(s); });
+}
+std::string CloseComplete() {
+  return Build([](StringSink& s) { protocol::BuildCloseComplete(s); });
+}
+std::string NoData() {
+  return Build([](StringSink& s) { protocol::BuildNoData(s); });
+}
+std::string Row(std::string_view value) {
+  const std::string_view values[] = {value};
+  return Build([&](StringSink& s) { protocol::BuildDataRow(s, values); });
+}
+std::string ParamStatus(std::string_view name, std::string_view value) {
+  return Build([&](StringSink& s) { protocol::BuildParameterStatus(s, name, value); });
+}
+std::string CopyInResponse() { return Typed('G', std::string("\0\0\0", 3)); }
+std::string CopyOutResponse() { return Typed('H', std::string("\0\0\0", 3)); }
+
+// Collects what the relay sends one way: passed runs of the input and inserted bytes, in order.
+class Recorder final : public RelayOutput {
+ public:
+  explicit Recorder(std::string_view input) : input_(input) {}
+  void Pass(size_t begin, size_t end) override {
+    ASSERT_LE(begin, end);
+    ASSERT_LE(end, input_.size());
+    out_.append(input_.substr(begin, end - begin));
+  }
+  void Insert(std::span<const uint8_t> bytes) override {
+    out_.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
+  const std::string& out() const { return out_; }
+
+ private:
+  std::string_view input_;
+  std::string out_;
+};
+
+class CountingObserver final : public RelayObserver {
+ public:
+  void OnQueryAnswered() override { ++answered; }
+  void OnServerError(std::string_view sqlstate) override { errors.emplace_back(sqlstate); }
+  void OnHiddenQueryFailed(std::string_view) override { ++hidden_failures; }
+  int answered = 0;
+  std::vector<std::string> errors;
+  int hidden_failures = 0;
+};
+
+// One client linked to one server's relay; bytes not yet decided wait for the next feed, as in
+// the connections' input buffers.
+class Link {
+ public:
+  explicit Link(bool track_prepared = false, ClientStream* client = nullptr)
+      : tracked_({"search_path"}), settings_(Settings(track_prepared)), relay_(settings_) {
+    own_client_.emplace(1u << 30, tracked_.size());
+    relay_.Link(client != nullptr ? client : &*own_client_);
+  }
+
+  // The client sends `bytes`; returns what the server got.
+  std::string FromClient(std::string_view bytes) {
+    client_pending_ += bytes;
+    Recorder to_server(client_pending_);
+    StringSink answers;
+    verdict_ = relay_.FromClient(AsBytes(client_pending_), absl::UnixEpoch(), to_server, answers);
+    client_got_ += answers.bytes();
+    client_pending_.erase(0, verdict_.consumed);
+    return to_server.out();
+  }
+  // The server sends `bytes`; returns what the client got.
+  std::string FromServer(std::string_view bytes) {
+    server_pending_ += bytes;
+    Recorder to_client(server_pending_);
+    const BackendVerdict verdict =
+        relay_.FromServer(AsBytes(server_pending_), to_client, observer_);
+    EXPECT_FALSE(verdict.protocol_error);
+    server_pending_.erase(0, verdict.consumed);
+    client_got_ += to_client.out();
+    return to_client.out();
+  }
+  // Stand-in answers sent to the client while it sent (and everything since the last call).
+  std::string TakeClientAnswers() { return std::exchange(client_got_, {}); }
+
+  Relay& relay() { return relay_; }
+  ClientStream& client() { return *own_client_; }
+  const FrontendVerdict& verdict() const { return verdict_; }
+  CountingObserver& observer() { return observer_; }
+  StatementRegistry& registry() { return registry_; }
+  const RelaySettings& settings() const { return settings_; }
+
+ private:
+  RelaySettings Settings(bool track_prepared) {
+    RelaySettings settings;
+    settings.track_prepared = track_prepared;
+    settings.max_prepared_statements = 2;
+    settings.tracked = &tracked_;
+    settings.statements = &registry_;
+    return settings;
+  }
+
+  TrackedParamNames tracked_;
+  StatementRegistry registry_;
+  RelaySettings settings_;
+  Relay relay_;
+  std::optional<ClientStream> own_client_;
+  CountingObserver observer_;
+  FrontendVerdict verdict_;
+  std::string client_pending_;
+  std::string server_pending_;
+  std::string client_got_;
+};
+
+TEST(RelayTest, SimpleQueryIsReleasableOnceAnsweredOutsideATransaction) {
+  Link link;
+  EXPECT_TRUE(link.relay().IsReleasable());
+  EXPECT_EQ(link.FromClient(Query("select 1")), Query("select 1"));
+  EXPECT_FALSE(link.relay().IsReleasable());
+  EXPECT_TRUE(link.relay().query_in_progress());
+  const std::string answer = Row("1") + Complete("SELECT 1") + Ready('I');
+  EXPECT_EQ(link.FromServer(answer), answer);
+  EXPECT_TRUE(link.relay().IsReleasable());
+  EXPECT_EQ(link.observer().answered, 1);
+}
+
+TEST(RelayTest, TransactionBlockHoldsTheServerUntilItEnds) {
+  Link link;
+  link.FromClient(Query("begin"));
+  link.FromServer(Complete("BEGIN") + Ready('T'));
+  EXPECT_FALSE(link.relay().IsReleasable());
+  EXPECT_TRUE(link.relay().in_transaction());
+  link.FromClient(Query("select x"));
+  link.FromServer(Error() + Ready('E'));
+  EXPECT_FALSE(link.relay().IsReleasable());
+  link.FromClient(Query("rollback"));
+  link.FromServer(Complete("ROLLBACK") + Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+  EXPECT_EQ(link.observer().errors, std::vector<std::string>{"42P01"});
+}
+
+TEST(RelayTest, EverySyncInFlightMustBeAnsweredBeforeRelease) {
+  Link link;
+  std::string pipeline;
+  for (int i = 0; i < 5; ++i) pipeline += Parse("", "select 1") + Bind("") + Execute() + Sync();
+  EXPECT_EQ(link.FromClient(pipeline), pipeline);
+  const std::string one = ParseComplete() + BindComplete() + Row("1") + Complete("SELECT 1");
+  for (int i = 0; i < 4; ++i) {
+    link.FromServer(one + Ready('I'));
+    EXPECT_FALSE(link.relay().IsReleasable()) << "after answer " << i + 1;
+  }
+  link.FromServer(one + Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+TEST(RelayTest, ExtendedMessagesWithoutSyncHoldTheServer) {
+  Link link;
+  link.FromClient(Parse("", "select 1") + Bind("") + Execute());
+  EXPECT_TRUE(link.client().unsynced);
+  link.FromServer(ParseComplete() + BindComplete() + Row("1") + Complete("SELECT 1"));
+  EXPECT_FALSE(link.relay().IsReleasable());
+  link.FromClient(Sync());
+  EXPECT_FALSE(link.relay().IsReleasable());
+  link.FromServer(Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+TEST(RelayTest, PipelineWithAnErrorMidwaySkipsToItsSyncAndGoesOn) {
+  Link link(/*track_prepared=*/true);
+  // Three transactions: the second fails at its Execute; its named statement never exists.
+  const std::string first = Parse("a", "select 1") + Bind("a") + Execute() + Sync();
+  const std::string second = Parse("b", "select x") + Bind("b") + Execute() + Sync();
+  const std::string third = Parse("", "select 3") + Bind("") + Execute() + Sync();
+  const std::string sent = link.FromClient(first + second + third);
+  EXPECT_NE(sent.find("pgfleet_"), std::string::npos) << "named statements are renamed";
+  link.FromServer(ParseComplete() + BindComplete() + Row("1") + Complete("SELECT 1") + Ready('I'));
+  EXPECT_FALSE(link.relay().IsReleasable());
+  // PostgreSQL answers the failing Parse with an error and skips Bind and Execute.
+  EXPECT_EQ(link.FromServer(Error() + Ready('I')), Error() + Ready('I'));
+  EXPECT_FALSE(link.relay().IsReleasable());
+  const std::string third_answer =
+      ParseComplete() + BindComplete() + Row("3") + Complete("SELECT 1") + Ready('I');
+  EXPECT_EQ(link.FromServer(third_answer), third_answer);
+  EXPECT_TRUE(link.relay().IsReleasable());
+  // The failed Parse left nothing on the server: a new Bind of "b" is refused, of "a" renamed.
+  EXPECT_EQ(link.relay().statements().size(), 1u);
+}
+
+TEST(RelayTest, CopyFromStdinHoldsTheServerUntilTheClientEndsIt) {
+  Link link;
+  link.FromClient(Query("copy t from stdin"));
+  link.FromServer(CopyInResponse());
+  EXPECT_TRUE(link.client().in_copy_in);
+  const std::string data = CopyData("1\n") + CopyData("2\n");
+  EXPECT_EQ(link.FromClient(data), data);
+  EXPECT_FALSE(link.relay().IsReleasable());
+  link.FromClient(CopyDone());
+  EXPECT_TRUE(link.verdict().copy_ended);
+  EXPECT_FALSE(link.client().in_copy_in);
+  link.FromServer(Complete("COPY 2") + Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+TEST(RelayTest, FailedCopyIsReleasedAtTheClientsCopyDone) {
+  Link link;
+  link.FromClient(Query("copy t from stdin"));
+  link.FromServer(CopyInResponse());
+  link.FromClient(CopyData("bad\n"));
+  // PostgreSQL ends the COPY itself on bad data; the client has not finished sending.
+  link.FromServer(Error("22P02") + Ready('I'));
+  EXPECT_FALSE(link.relay().IsReleasable()) << "the client is still inside COPY";
+  link.FromClient(CopyData("more\n") + CopyFail());
+  EXPECT_TRUE(link.verdict().copy_ended);
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+TEST(RelayTest, CopyOutStreamsThroughInPieces) {
+  Link link;
+  link.FromClient(Query("copy t to stdout"));
+  const std::string big(100000, 'x');
+  const std::string stream =
+      CopyOutResponse() + CopyData(big) + Typed('c', "") + Complete("COPY 1") + Ready('I');
+  std::string got;
+  for (size_t pos = 0; pos < stream.size(); pos += 4096) {
+    got += link.FromServer(std::string_view(stream).substr(pos, 4096));
+    if (pos + 4096 < stream.size()) {
+      EXPECT_FALSE(link.relay().IsReleasable());
+    }
+  }
+  EXPECT_EQ(got, stream);
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+TEST(RelayTest, ClientInsideAMessageHoldsTheServer) {
+  Link link;
+  link.FromClient(Query("select 1"));
+  link.FromServer(Complete("SELECT 1") + Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+  // A long message streams: its start goes out before the rest has arrived, and until it has,
+  // the server cannot serve anyone else.
+  const std::string bind =
+      Typed('B', std::string("\0\0\0\0\0\x01", 6) + I32(8000) + std::string(8000, 'z') + I16(0));
+  EXPECT_EQ(link.FromClient(bind.substr(0, 50)), bind.substr(0, 50));
+  EXPECT_TRUE(link.client().mid_message());
+  EXPECT_FALSE(link.relay().IsReleasable());
+  EXPECT_EQ(link.FromClient(bind.substr(50)), bind.substr(50));
+  EXPECT_FALSE(link.client().mid_message());
+  EXPECT_FALSE(link.relay().IsReleasable()) << "a Bind without Sync";
+}
+
+TEST(RelayTest, ByteByByteFeedsGiveTheSameStreamsAsWholeChunks) {
+  const std::string client = Parse("s", "select $1") + Bind("s") + Describe('S', "s") + Execute() +
+                             Sync() + Query("select 2") + Close('S', "s") + Sync();
+  const std::string server = ParseComplete() + BindComplete() + NoData() + Row("1") +
+                             Complete("SELECT 1") + Ready('I') + Row("2") + Complete("SELECT 1") +
+                             Ready('I') + Ready('I');
+  Link whole(/*track_prepared=*/true);
+  const std::string whole_to_server = whole.FromClient(client);
+  const std::string whole_to_client = whole.FromServer(server) + whole.TakeClientAnswers();
+  Link bytes(/*track_prepared=*/true);
+  std::string to_server;
+  std::string to_client;
+  for (char c : client) to_server += bytes.FromClient(std::string_view(&c, 1));
+  for (char c : server) to_client += bytes.FromServer(std::string_view(&c, 1));
+  EXPECT_EQ(to_server, whole_to_server);
+  EXPECT_EQ(bytes.TakeClientAnswers(), whole_to_client);
+  EXPECT_TRUE(whole.relay().IsReleasable());
+  EXPECT_TRUE(bytes.relay().IsReleasable());
+}
+
+TEST(RelayTest, PreparedStatementsAreRenamedAndReParsedWhereMissing) {
+  Link link(/*track_prepared=*/true);
+  const std::string sent = link.FromClient(Parse("mine", "select 1") + Sync());
+  ASSERT_EQ(link.registry().size(), 1u);
+  EXPECT_EQ(sent, Parse("pgfleet_1", "select 1") + Sync());
+  link.FromServer(ParseComplete() + Ready('I'));
+  EXPECT_EQ(link.TakeClientAnswers(), ParseComplete() + Ready('I'));
+
+  // The same client on a server that lacks the statement: pgfleet parses it first, hidden.
+  Link other(/*track_prepared=*/true, &link.client());
+  const std::string to_new = other.FromClient(Bind("mine") + Execute() + Sync());
+  EXPECT_EQ(to_new, Parse("pgfleet_1", "select 1") + Bind("pgfleet_1") + Execute() + Sync());
+  EXPECT_EQ(other.FromServer(ParseComplete() + BindComplete() + Row("1") + Complete("SELECT 1") +
+                             Ready('I')),
+            BindComplete() + Row("1") + Complete("SELECT 1") + Ready('I'))
+      << "the hidden Parse's answer never reaches the client";
+  EXPECT_TRUE(other.relay().IsReleasable());
+}
+
+TEST(RelayTest, ParseOfAStatementTheServerHasIsAnsweredByPgfleet) {
+  Link link(/*track_prepared=*/true);
+  link.FromClient(Parse("a", "select 1") + Sync());
+  link.FromServer(ParseComplete() + Ready('I'));
+  link.TakeClientAnswers();
+  // The same query under another name: the server has it, nothing is sent for the Parse.
+  EXPECT_EQ(link.FromClient(Parse("b", "select 1")), "");
+  EXPECT_EQ(link.TakeClientAnswers(), ParseComplete());
+  EXPECT_EQ(link.FromClient(Sync()), Sync());
+  link.FromServer(Ready('I'));
+  EXPECT_EQ(link.TakeClientAnswers(), Ready('I'));
+  // Close is answered by pgfleet; the server keeps the statement for others.
+  EXPECT_EQ(link.FromClient(Close('S', "a") + Sync()), Sync());
+  link.FromServer(Ready('I'));
+  EXPECT_EQ(link.TakeClientAnswers(), CloseComplete() + Ready('I'));
+  EXPECT_FALSE(link.client().statements.contains("a"));
+  EXPECT_TRUE(link.client().statements.contains("b"));
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+TEST(RelayTest, EvictionClosesTheLeastRecentlyUsedStatementHidden) {
+  Link link(/*track_prepared=*/true);  // max_prepared_statements = 2
+  link.FromClient(Parse("a", "select 1") + Parse("b", "select 2") + Sync());
+  link.FromServer(ParseComplete() + ParseComplete() + Ready('I'));
+  const std::string sent = link.FromClient(Parse("c", "select 3") + Sync());
+  EXPECT_EQ(sent, Close('S', "pgfleet_1") + Parse("pgfleet_3", "select 3") + Sync());
+  link.TakeClientAnswers();
+  EXPECT_EQ(link.FromServer(CloseComplete() + ParseComplete() + Ready('I')),
+            ParseComplete() + Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+TEST(RelayTest, UnknownOrConflictingStatementNamesAreRejected) {
+  Link link(/*track_prepared=*/true);
+  link.FromClient(Bind("nope") + Execute() + Sync());
+  EXPECT_EQ(link.verdict().kind, FrontendVerdict::Kind::kReject);
+  EXPECT_EQ(link.verdict().sqlstate, protocol::sqlstate::kInvalidSqlStatementName);
+  EXPECT_EQ(link.verdict().message, "prepared statement \"nope\" does not exist");
+
+  Link other(/*track_prepared=*/true);
+  other.FromClient(Parse("a", "select 1") + Sync());
+  other.FromServer(ParseComplete() + Ready('I'));
+  other.FromClient(Parse("a", "select 2") + Sync());
+  EXPECT_EQ(other.verdict().kind, FrontendVerdict::Kind::kReject);
+  EXPECT_EQ(other.verdict().sqlstate, protocol::sqlstate::kDuplicatePreparedStatement);
+}
+
+TEST(RelayTest, MalformedFramesAreProtocolViolations) {
+  Link link;
+  link.FromClient(std::string("Q\0\0\0\x02", 5));
+  EXPECT_EQ(link.verdict().kind, FrontendVerdict::Kind::kReject);
+  EXPECT_EQ(link.verdict().sqlstate, protocol::sqlstate::kProtocolViolation);
+  EXPECT_TRUE(link.verdict().protocol_error);
+
+  Link unknown;
+  unknown.FromClient(Typed('Z', "I"));
+  EXPECT_EQ(unknown.verdict().kind, FrontendVerdict::Kind::kReject);
+  EXPECT_TRUE(unknown.verdict().protocol_error);
+}
+
+TEST(RelayTest, TerminateStopsTheStreamBeforeIt) {
+  Link link;
+  EXPECT_EQ(link.FromClient(Query("select 1") + Terminate()), Query("select 1"));
+  EXPECT_EQ(link.verdict().kind, FrontendVerdict::Kind::kTerminate);
+}
+
+TEST(RelayTest, HiddenQueriesNeverReachTheClient) {
+  Link link;
+  StringSink to_server;
+  link.relay().AddHiddenQuery(to_server, "SET search_path='a'");
+  EXPECT_EQ(to_server.bytes(), Query("SET search_path='a'"));
+  EXPECT_FALSE(link.relay().IsReleasable());
+  EXPECT_EQ(link.FromServer(ParamStatus("search_path", "a") + Complete("SET") + Ready('I')), "");
+  EXPECT_TRUE(link.relay().IsReleasable());
+  EXPECT_TRUE(link.relay().params().IsSet(5)) << "the server's value is tracked";
+  EXPECT_FALSE(link.client().params.IsSet(5)) << "a hidden SET is not the client's wish";
+  // The client's own SET is.
+  link.FromClient(Query("set search_path=b"));
+  EXPECT_EQ(link.FromServer(ParamStatus("search_path", "b") + Complete("SET") + Ready('I')),
+            ParamStatus("search_path", "b") + Complete("SET") + Ready('I'));
+  EXPECT_EQ(link.client().params.Get(5), "b");
+  // A failed hidden query is reported, never shown.
+  link.relay().AddHiddenQuery(to_server, "SET x=1");
+  EXPECT_EQ(link.FromServer(Error() + Ready('I')), "");
+  EXPECT_EQ(link.observer().hidden_failures, 1);
+}
+
+TEST(RelayTest, UnlinkedServerOutputGoesNowhere) {
+  Link link;
+  link.FromClient(Query("select pg_sleep(1)"));
+  link.relay().Unlink();
+  EXPECT_EQ(link.FromServer(Row("1") + Complete("SELECT 1") + Ready('I')), "");
+  EXPECT_TRUE(link.relay().IsReleasable());
+  EXPECT_EQ(link.observer().answered, 0);
+}
+
+TEST(RelayTest, DiscardAllForgetsEveryPreparedStatement) {
+  Link link(/*track_prepared=*/true);
+  link.FromClient(Parse("a", "select 1") + Sync());
+  link.FromServer(ParseComplete() + Ready('I'));
+  link.FromClient(Query("discard all"));
+  link.FromServer(Complete("DISCARD ALL") + Ready('I'));
+  EXPECT_TRUE(link.client().statements.empty());
+  EXPECT_EQ(link.relay().statements().size(), 0u);
+}
+
+TEST(RelayTest, IdleDeallocateOfARenamedStatementIsAnsweredLocally) {
+  Link link(/*track_prepared=*/true);
+  link.FromClient(Parse("_pg3_0", "select 1") + Sync());
+  link.FromServer(ParseComplete() + Ready('I'));
+  ClientStream& client = link.client();
+  StringSink answer;
+  const std::string simple = Query("DEALLOCATE _pg3_0");
+  EXPECT_EQ(Relay::AnswerIdleDeallocate(client, AsBytes(simple), answer), simple.size());
+  EXPECT_EQ(answer.bytes(), Complete("DEALLOCATE") + Ready('I'));
+  EXPECT_TRUE(client.statements.empty());
+  // Not one of ours, or not a DEALLOCATE: the server answers.
+  StringSink none;
+  EXPECT_EQ(Relay::AnswerIdleDeallocate(client, AsBytes(simple), none), 0u);
+  EXPECT_EQ(Relay::AnswerIdleDeallocate(client, AsBytes(Query("select 1")), none), 0u);
+  EXPECT_TRUE(none.bytes().empty());
+
+  // psycopg's extended form.
+  link.FromClient(Parse("_pg3_1", "select 1") + Sync());
+  link.FromServer(ParseComplete() + Ready('I'));
+  const std::string extended =
+      Parse("", "DEALLOCATE _pg3_1") + Bind("") + Describe('P', "") + Execute() + Sync();
+  StringSink extended_answer;
+  EXPECT_EQ(Relay::AnswerIdleDeallocate(client, AsBytes(extended), extended_answer),
+            extended.size());
+  EXPECT_EQ(extended_answer.bytes(),
+            ParseComplete() + BindComplete() + NoData() + Complete("DEALLOCATE") + Ready('I'));
+}
+
+}  // namespace
+}  // namespace pgfleet::pool
