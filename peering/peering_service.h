@@ -1,7 +1,7 @@
 // The worker's peering gRPC service. Handlers run on gRPC threads and never touch loop state:
-// they copy the request, Post() it to the loop, and finish when the loop answers (STYLE.md 12).
-// When credentials carry a token, every call must present it (UNAUTHENTICATED otherwise), on the
-// unix socket as on the TCP port.
+// they copy the request, Post() it to the loop, and finish when the loop answers
+// (docs/architecture.md, "Peering"). When credentials carry a token, every call must present it
+// (UNAUTHENTICATED otherwise), on the unix socket as on the TCP port.
 #pragma once
 
 #include <functional>

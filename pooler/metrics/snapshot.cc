@@ -160,7 +160,7 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
                              peering::v1::WorkerStats* out) {
   const absl::Time now = registry_.loop().now();
   const absl::Time wall = absl::Now();
-  const auto& counters = registry_.counters();
+  const auto& counters = registry_.context().counters();
   out->set_peer_id(peer_id_);
   out->set_pid(static_cast<uint32_t>(getpid()));
   out->set_slot(static_cast<uint32_t>(slot_));
@@ -169,7 +169,7 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
   out->set_started_at_ms(UnixMs(started_at_));
   out->set_config_loaded_at_ms(UnixMs(config_loaded_at_));
   out->set_clients(registry_.client_count());
-  out->set_login_clients(static_cast<uint32_t>(registry_.login_clients().size()));
+  out->set_login_clients(static_cast<uint32_t>(registry_.login_client_count()));
   out->set_admin_clients(static_cast<uint32_t>(registry_.admin_clients().size()));
   out->set_max_client_conn(registry_.config().pool.max_client_conn);
   out->set_cancels_received(counters.cancels_received);
@@ -194,7 +194,7 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
     e->set_sqlstate_class(pool::WorkerCounters::SqlStateClassName(i));
     e->set_count(counters.errors_by_class[i]);
   }
-  const auto& prepared = registry_.statements().counters();
+  const auto& prepared = registry_.context().statements().counters();
   out->set_prepared_statements_prepared(prepared.prepared);
   out->set_prepared_statements_hits(prepared.hits);
   out->set_prepared_statements_reprepares(prepared.reprepares);
@@ -270,14 +270,15 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
     auto* b = out->add_budgets();
     b->set_database(database);
     // The controller's grant when one is in force, else the static split of the config.
-    const int64_t in_force = registry_.DatabaseCap(database).value_or(static_cast<int>(share));
+    const int64_t in_force =
+        registry_.budget().DatabaseCap(database).value_or(static_cast<int>(share));
     b->set_share(in_force < 0 ? 0 : in_force);
     int64_t total = 0;
     if (fleet_ != nullptr) {
       if (auto db = fleet_->FindDatabase(database); db.has_value()) total = db->max_db_connections;
     }
     b->set_max_db_connections(total);
-    b->set_current(static_cast<uint32_t>(registry_.DatabaseServerCount(database)));
+    b->set_current(static_cast<uint32_t>(registry_.budget().DatabaseServerCount(database)));
   }
   if (request.include_connections()) FillConnections(out);
 }
@@ -285,7 +286,7 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
 void WorkerStatsSource::FillConnections(peering::v1::WorkerStats* out) {
   const absl::Time now = registry_.loop().now();
   const absl::Time wall = absl::Now();
-  const int app_slot = registry_.tracked_params().Find("application_name");
+  const int app_slot = registry_.context().tracked_params().Find("application_name");
   auto add_client = [&](const pool::ClientConn& c) {
     auto* info = out->add_clients_info();
     info->set_id(c.id());
@@ -310,14 +311,7 @@ void WorkerStatsSource::FillConnections(peering::v1::WorkerStats* out) {
       info->set_application_name(std::string(c.params().Get(static_cast<size_t>(app_slot))));
     }
   };
-  for (auto* c = registry_.login_clients().front(); c != nullptr;
-       c = registry_.login_clients().Next(c)) {
-    add_client(*c);
-  }
-  for (auto* c = registry_.admin_clients().front(); c != nullptr;
-       c = registry_.admin_clients().Next(c)) {
-    add_client(*c);
-  }
+  registry_.ForEachWorkerClient(add_client);
   for (const auto& [key, pool] : registry_.pools()) {
     pool->ForEachClient(add_client);
     pool->ForEachServer([&](const pool::ServerConn& s) {

@@ -156,7 +156,6 @@ absl::Status EventLoop::Run() {
   struct epoll_event events[kMaxEvents];
   while (!stopping_) {
     int n = epoll_wait(epoll_fd_, events, kMaxEvents, NextTimeoutMs());
-    ++wakeups_;
     if (n < 0) {
       if (errno == EINTR) continue;
       return absl::InternalError(base::StrCat("epoll_wait: ", strerror(errno)));

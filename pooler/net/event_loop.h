@@ -1,5 +1,7 @@
-// A single-threaded epoll event loop with coarse timers, cross-thread Post() and deferred deletion.
-// Every fd is registered once; interest changes happen only under backpressure.
+// A single-threaded, level-triggered epoll event loop with timers, cross-thread Post(), work after
+// each event batch, and deferred deletion. A connection changes its interest only when it has
+// output to flush, is connecting or in a TLS handshake, or pauses reading under backpressure
+// (net::Connection::UpdateInterest), so the steady state costs no epoll_ctl calls.
 #pragma once
 
 #include <sys/epoll.h>
@@ -71,8 +73,6 @@ class EventLoop {
 
   // The time at the start of the current iteration (cheap, good to ~1 event batch).
   absl::Time now() const { return now_; }
-  // Number of epoll_wait wakeups so far (for benchmarks and tests).
-  uint64_t wakeups() const { return wakeups_; }
 
  private:
   struct Timer {
@@ -91,7 +91,6 @@ class EventLoop {
   std::unique_ptr<WakeHandler> wake_handler_;
   bool stopping_ = false;
   absl::Time now_;
-  uint64_t wakeups_ = 0;
   TimerId next_timer_id_ = 1;
   std::multimap<absl::Time, TimerId> timer_queue_;
   std::map<TimerId, Timer> timers_;

@@ -5,24 +5,24 @@
 
 #include "pooler/base/log.h"
 #include "pooler/net/socket.h"
-#include "pooler/pool/pool_registry.h"
+#include "pooler/pool/cancel_handler.h"
 #include "pooler/pool/server_conn.h"
 #include "pooler/protocol/builders.h"
 
 namespace pgfleet::pool {
 
-CancelRequestConn::CancelRequestConn(net::EventLoop& loop, int fd, PoolRegistry* registry,
+CancelRequestConn::CancelRequestConn(net::EventLoop& loop, int fd, CancelHandler* handler,
                                      uint64_t server_id, uint64_t link_generation)
     : net::Connection(loop, fd),
-      registry_(registry),
+      handler_(handler),
       server_id_(server_id),
       link_generation_(link_generation),
       started_at_(loop.now()) {}
 
-CancelRequestConn::CancelRequestConn(net::EventLoop& loop, int fd, PoolRegistry* registry,
+CancelRequestConn::CancelRequestConn(net::EventLoop& loop, int fd, CancelHandler* handler,
                                      uint32_t backend_pid, std::vector<uint8_t> backend_secret)
     : net::Connection(loop, fd),
-      registry_(registry),
+      handler_(handler),
       server_id_(0),
       link_generation_(0),
       unconditional_(true),
@@ -40,10 +40,10 @@ void CancelRequestConn::OnIoEvent(uint32_t events) {
     if (unconditional_) {
       protocol::BuildCancelRequest(sink, backend_pid_, backend_secret_);
     } else {
-      ServerConn* server = registry_->FindServer(server_id_);
+      ServerConn* server = handler_->FindServer(server_id_);
       if (server == nullptr || server->link_generation() != link_generation_ ||
           !server->query_in_progress()) {
-        ++registry_->counters().cancels_dropped;
+        ++handler_->counters().cancels_dropped;
         return Finish("query already finished");
       }
       protocol::BuildCancelRequest(sink, server->backend_pid(), server->backend_secret());
@@ -53,7 +53,7 @@ void CancelRequestConn::OnIoEvent(uint32_t events) {
     if (!Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
       return Finish("write failed");
     }
-    ++registry_->counters().cancels_sent;
+    ++handler_->counters().cancels_sent;
     UpdateInterest();
     return;
   }
@@ -73,9 +73,9 @@ void CancelRequestConn::Finish(std::string_view outcome) {
   PGFLEET_LOG(kDebug, "cancel_finished", "server=", server_id_, " outcome=", outcome);
   CloseSocket();
   if (server_id_ != 0) {
-    if (ServerConn* server = registry_->FindServer(server_id_)) server->CancelFinished();
+    if (ServerConn* server = handler_->FindServer(server_id_)) server->CancelFinished();
   }
-  registry_->ForgetCancelRequest(this);
+  handler_->Forget(this);
 }
 
 }  // namespace pgfleet::pool

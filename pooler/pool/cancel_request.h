@@ -1,6 +1,6 @@
 // One outbound CancelRequest to PostgreSQL on behalf of a client whose query is running. It is
 // sent only if the server is still running a query for the same link when the socket connects,
-// so a late cancel never hits the next transaction (PROTOCOL-NOTES 1.5, 6.9).
+// so a late cancel never hits the next transaction (docs/architecture.md, "Cancel keys").
 #pragma once
 
 #include <cstdint>
@@ -10,15 +10,15 @@
 
 namespace pgfleet::pool {
 
-class PoolRegistry;
+class CancelHandler;
 
 class CancelRequestConn final : public net::Connection {
  public:
-  CancelRequestConn(net::EventLoop& loop, int fd, PoolRegistry* registry, uint64_t server_id,
+  CancelRequestConn(net::EventLoop& loop, int fd, CancelHandler* handler, uint64_t server_id,
                     uint64_t link_generation);
   // A cancel for a backend pgfleet is abandoning (query_timeout): sent without checks, because the
   // server connection is closed right after and must not keep running the query.
-  CancelRequestConn(net::EventLoop& loop, int fd, PoolRegistry* registry, uint32_t backend_pid,
+  CancelRequestConn(net::EventLoop& loop, int fd, CancelHandler* handler, uint32_t backend_pid,
                     std::vector<uint8_t> backend_secret);
   void OnIoEvent(uint32_t events) override;
   // Ends the request (sent, refused or timed out) and releases the server's cancel hold.
@@ -26,7 +26,7 @@ class CancelRequestConn final : public net::Connection {
   absl::Time started_at() const { return started_at_; }
 
  private:
-  PoolRegistry* registry_;
+  CancelHandler* handler_;
   uint64_t server_id_;
   uint64_t link_generation_;
   bool sent_ = false;

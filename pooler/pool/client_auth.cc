@@ -8,7 +8,6 @@
 #include "pooler/base/strings.h"
 #include "pooler/pool/client_conn.h"
 #include "pooler/pool/pool.h"
-#include "pooler/pool/pool_registry.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/frontend.h"
@@ -51,14 +50,14 @@ void ClientConn::ContinueAuthWithSecret(const std::string& secret) {
       scram_secret = *parsed;
     } else {
       uint8_t salt[16];
-      registry_->random().Fill(salt);
+      context_.random().Fill(salt);
       if (secret_.empty()) {
         // An unknown user gets random keys, so no proof can match. No PBKDF2 for them: 4096
         // rounds on the event loop per attempt would let unauthenticated clients stall the worker.
         scram_secret.iterations = auth::kDefaultScramIterations;
         scram_secret.salt.assign(salt, salt + sizeof(salt));
-        registry_->random().Fill(scram_secret.stored_key);
-        registry_->random().Fill(scram_secret.server_key);
+        context_.random().Fill(scram_secret.stored_key);
+        context_.random().Fill(scram_secret.server_key);
       } else {
         scram_secret = auth::MakeScramSecret(secret_, salt, auth::kDefaultScramIterations);
       }
@@ -68,17 +67,17 @@ void ClientConn::ContinueAuthWithSecret(const std::string& secret) {
     std::optional<std::vector<uint8_t>> binding;
     if (tls_established()) binding = tls()->ServerEndPoint();
     const bool offer_plus = binding.has_value();
-    scram_.emplace(std::move(scram_secret), registry_->random(), std::move(binding));
+    scram_.emplace(std::move(scram_secret), context_.random(), std::move(binding));
     scram_first_done_ = false;
     std::vector<std::string_view> mechanisms;
     if (offer_plus) mechanisms.push_back(auth::kScramSha256Plus);
     mechanisms.push_back(auth::kScramSha256);
     protocol::BuildAuthenticationSasl(sink, mechanisms);
   } else {
-    registry_->random().Fill(md5_salt_);
+    context_.random().Fill(md5_salt_);
     protocol::BuildAuthenticationMd5(sink, md5_salt_);
   }
-  state_ = ClientState::kAuth;
+  host_.MoveClient(this, ClientState::kAuth);
   if (!Send(AsBytes(sink.bytes()))) Close("write failed");
 }
 
@@ -88,7 +87,7 @@ void ClientConn::HandleAuthData() {
     if (message.kind == protocol::StreamDecoder::Kind::kNeedMore) return;
     if (message.kind == protocol::StreamDecoder::Kind::kProtocolError ||
         message.header.type != 'p') {
-      ++registry_->counters().protocol_errors;
+      ++context_.counters().protocol_errors;
       Fatal(protocol::sqlstate::kProtocolViolation, "expected password response");
       return;
     }
@@ -106,7 +105,7 @@ void ClientConn::HandleAuthData() {
         return;
       }
       if (secret_.empty() || !auth::VerifyMd5Response(secret_, user_, md5_salt_, *password)) {
-        ++registry_->counters().login_failures;
+        ++context_.counters().login_failures;
         PGFLEET_LOG(kWarning, "client_auth_failed", "client=", id_, " addr=", peer_address_,
                     " user=", base::LogQuote(user_), " method=md5");
         Fatal(protocol::sqlstate::kInvalidPassword, failed);
@@ -137,7 +136,7 @@ void ClientConn::HandleAuthData() {
     }
     auto server_final = scram_->HandleClientFinal(body);
     if (!server_final.ok() || secret_.empty()) {
-      ++registry_->counters().login_failures;
+      ++context_.counters().login_failures;
       PGFLEET_LOG(kWarning, "client_auth_failed", "client=", id_, " addr=", peer_address_,
                   " user=", base::LogQuote(user_), " method=scram-sha-256");
       Fatal(protocol::sqlstate::kInvalidPassword, failed);
@@ -152,12 +151,12 @@ void ClientConn::HandleAuthData() {
 
 void ClientConn::FinishLogin() {
   EndLogin();
-  const auto& config = registry_->config();
+  const auto& config = context_.config();
   if (admin_console_) {
     scram_.reset();
     secret_.clear();
-    registry_->MoveToAdmin(this);
-    ParamSet defaults(registry_->tracked_params().size());
+    host_.MoveClient(this, ClientState::kAdmin);
+    ParamSet defaults(context_.tracked_params().size());
     SendWelcome({{"server_version", "15.0 (pgfleet)"},
                  {"client_encoding", "UTF8"},
                  {"server_encoding", "UTF8"},
@@ -173,13 +172,13 @@ void ClientConn::FinishLogin() {
     Fatal(protocol::sqlstate::kInvalidCatalogName, base::StrCat("no such database: ", database_));
     return;
   }
-  pool_ = registry_->GetOrCreatePool(*db, user_);
+  pool_ = host_.GetOrCreatePool(*db, user_);
   auto& creds = pool_->credentials();
   if (!db->user.empty()) {
     // A forced server user logs in with the database entry's password or its userlist entry.
     if (!db->password.empty()) {
       creds.secret = db->password;
-    } else if (auto it = registry_->userlist().find(db->user); it != registry_->userlist().end()) {
+    } else if (auto it = context_.userlist().find(db->user); it != context_.userlist().end()) {
       creds.secret = it->second;
     }
   } else if (!secret_.empty()) {
@@ -190,7 +189,7 @@ void ClientConn::FinishLogin() {
     if (scram_.has_value() && auth::ClassifySecret(secret_) == auth::SecretKind::kScramSha256) {
       creds.scram_client_key = scram_->client_key();
     }
-  } else if (auto it = registry_->userlist().find(user_); it != registry_->userlist().end()) {
+  } else if (auto it = context_.userlist().find(user_); it != context_.userlist().end()) {
     creds.secret = it->second;  // trust toward clients, password toward the server
   }
   scram_.reset();
@@ -199,7 +198,7 @@ void ClientConn::FinishLogin() {
 }
 
 bool ClientConn::AdmitLogin() {
-  if (const auth::HbaRules* hba = registry_->hba()) {
+  if (const auth::HbaRules* hba = context_.hba()) {
     auth::HbaClient client;
     client.database = database_;
     client.user = user_;
@@ -208,7 +207,7 @@ bool ClientConn::AdmitLogin() {
     const auth::HbaRule* rule =
         auth::ParsePeerAddress(peer_address_, &client) ? hba->Match(client) : nullptr;
     if (rule == nullptr || rule->method == auth::HbaMethod::kReject) {
-      ++registry_->counters().clients_rejected_hba;
+      ++context_.counters().clients_rejected_hba;
       PGFLEET_LOG(kWarning, "client_hba_rejected", "client=", id_, " addr=", peer_address_,
                   " user=", base::LogQuote(user_), " db=", base::LogQuote(database_),
                   " rule_line=", rule != nullptr ? rule->line : 0);
@@ -228,7 +227,7 @@ bool ClientConn::AdmitLogin() {
         break;
     }
   }
-  if (!registry_->TryBeginLogin()) {
+  if (!host_.TryBeginLogin()) {
     Fatal(protocol::sqlstate::kTooManyConnections,
           "too many logins in progress (max_concurrent_logins)");
     return false;
@@ -240,11 +239,11 @@ bool ClientConn::AdmitLogin() {
 void ClientConn::EndLogin() {
   if (!holds_login_slot_) return;
   holds_login_slot_ = false;
-  registry_->EndLogin();
+  host_.EndLogin();
 }
 
 config::AuthType ClientConn::EffectiveAuthType() const {
-  return hba_auth_type_.value_or(registry_->config().auth.type);
+  return hba_auth_type_.value_or(context_.config().auth.type);
 }
 
 }  // namespace pgfleet::pool

@@ -6,9 +6,10 @@
 #include "absl/strings/match.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
+#include "pooler/pool/admin_hook.h"
+#include "pooler/pool/cancel_handler.h"
 #include "pooler/pool/connection_output.h"
 #include "pooler/pool/pool.h"
-#include "pooler/pool/pool_registry.h"
 #include "pooler/pool/server_conn.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/frame.h"
@@ -28,40 +29,17 @@ std::span<const uint8_t> AsBytes(const std::string& s) {
 
 }  // namespace
 
-std::string_view ClientStateName(ClientState state) {
-  switch (state) {
-    case ClientState::kStartup:
-      return "startup";
-    case ClientState::kAuth:
-      return "auth";
-    case ClientState::kAuthQuery:
-      return "auth_query";
-    case ClientState::kWelcome:
-      return "welcome";
-    case ClientState::kIdle:
-      return "idle";
-    case ClientState::kWaiting:
-      return "waiting";
-    case ClientState::kActive:
-      return "active";
-    case ClientState::kAdmin:
-      return "admin";
-    case ClientState::kClosed:
-      return "closed";
-  }
-  return "unknown";
-}
-
-ClientConn::ClientConn(net::EventLoop& loop, int fd, PoolRegistry* registry, uint64_t id,
+ClientConn::ClientConn(WorkerContext& context, ClientHost& host, int fd, uint64_t id,
                        std::string peer_address)
-    : net::Connection(loop, fd),
-      registry_(registry),
+    : net::Connection(context.loop(), fd),
+      context_(context),
+      host_(host),
       id_(id),
       peer_address_(std::move(peer_address)),
-      stream_(static_cast<uint32_t>(registry->config().pool.max_packet_size),
-              registry->tracked_params().size()),
-      connected_at_(loop.now()),
-      last_activity_at_(loop.now()) {}
+      stream_(static_cast<uint32_t>(context.config().pool.max_packet_size),
+              context.tracked_params().size()),
+      connected_at_(context.loop().now()),
+      last_activity_at_(context.loop().now()) {}
 
 ClientConn::~ClientConn() = default;
 
@@ -98,7 +76,7 @@ void ClientConn::HandleReadable() {
     case ReadResult::kEof:
       // Half-closed inside a packet: the client can still read why it is dropped.
       if (EndsInsidePacket()) {
-        ++registry_->counters().protocol_errors;
+        ++context_.counters().protocol_errors;
         Fatal(protocol::sqlstate::kProtocolViolation, state_ == ClientState::kStartup
                                                           ? "incomplete startup packet"
                                                           : "incomplete message from client");
@@ -179,7 +157,7 @@ void ClientConn::HandleAdminData() {
     }
     std::string_view sql(body);
     if (!sql.empty() && sql.back() == '\0') sql.remove_suffix(1);
-    registry_->admin_console()->HandleQuery(*this, sql);
+    host_.admin_console()->HandleQuery(*this, sql);
   }
 }
 
@@ -189,14 +167,14 @@ void ClientConn::HandleStartupData() {
     auto result = protocol::PeekStartupLength(in_.Readable(), &length);
     if (result == protocol::FrameResult::kNeedMore) return;
     if (result == protocol::FrameResult::kProtocolError) {
-      ++registry_->counters().protocol_errors;
+      ++context_.counters().protocol_errors;
       Fatal(protocol::sqlstate::kProtocolViolation, "invalid startup packet layout");
       return;
     }
     auto packet = protocol::ParseStartupPacket(in_.Readable().subspan(0, length));
     in_.Consume(length);
     if (!packet.ok()) {
-      ++registry_->counters().protocol_errors;
+      ++context_.counters().protocol_errors;
       Fatal(protocol::sqlstate::kProtocolViolation, base::Sv(packet.status().message()));
       return;
     }
@@ -205,13 +183,13 @@ void ClientConn::HandleStartupData() {
       // Bytes sent before our answer would be a buffer-stuffing attempt (CVE-2021-23222), and a
       // second request inside TLS makes no sense.
       if (!in_.empty() || tls() != nullptr) {
-        ++registry_->counters().protocol_errors;
+        ++context_.counters().protocol_errors;
         Fatal(protocol::sqlstate::kProtocolViolation, "unexpected data after encryption request");
         return;
       }
       // GSS encryption is never offered; TLS when client_tls_sslmode is not disable. After 'N'
       // the client may continue in plain text (or try the other kind).
-      const auto& context = registry_->tls().client;
+      const auto& context = context_.tls().client;
       const bool tls = packet->kind == protocol::StartupKind::kSslRequest && context != nullptr;
       const uint8_t answer = tls ? 'S' : 'N';
       if (!Send({&answer, 1})) return Close("write failed");
@@ -226,8 +204,8 @@ void ClientConn::HandleStartupData() {
       return;
     }
     if (packet->kind == protocol::StartupKind::kCancelRequest) {
-      ++registry_->counters().cancels_received;
-      if (!registry_->AllowCancelFrom(peer_address_)) {
+      ++context_.counters().cancels_received;
+      if (!host_.cancels().AllowCancelFrom(peer_address_)) {
         Close("cancel request rate limited");
         return;
       }
@@ -235,9 +213,9 @@ void ClientConn::HandleStartupData() {
         protocol::CancelKey key;
         key.pid = packet->cancel_pid;
         std::copy(packet->cancel_secret.begin(), packet->cancel_secret.end(), key.secret.begin());
-        (void)registry_->HandleCancel(key, /*forwarded=*/false);
+        (void)host_.cancels().HandleCancel(key, /*forwarded=*/false);
       } else {
-        ++registry_->counters().cancels_dropped;
+        ++context_.counters().cancels_dropped;
       }
       Close("cancel request");
       return;
@@ -252,7 +230,7 @@ void ClientConn::ContinueHandshake() {
       return;
     case HandshakeStatus::kFailed:
       // A TLS client cannot read a plain-text FATAL; the alert OpenSSL sent says what failed.
-      ++registry_->counters().tls_handshake_failures;
+      ++context_.counters().tls_handshake_failures;
       PGFLEET_LOG(kWarning, "client_tls_handshake_failed", "client=", id_, " addr=", peer_address_,
                   " error=", base::LogQuote(tls()->error()));
       Close("TLS handshake failed");
@@ -266,7 +244,7 @@ void ClientConn::ContinueHandshake() {
 }
 
 void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
-  const auto& config = registry_->config();
+  const auto& config = context_.config();
   std::vector<std::string> unrecognized;
   for (const auto& [name, value] : packet.parameters) {
     if (name == "user") {
@@ -275,7 +253,7 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
       database_ = value;
     } else if (absl::StartsWith(name, "_pq_.")) {
       unrecognized.push_back(name);
-    } else if (int slot = registry_->tracked_params().Find(name); slot >= 0) {
+    } else if (int slot = context_.tracked_params().Find(name); slot >= 0) {
       stream_.params.Set(static_cast<size_t>(slot), value);
     } else if (std::find(config.pool.ignore_startup_parameters.begin(),
                          config.pool.ignore_startup_parameters.end(),
@@ -303,7 +281,7 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
   // Unix sockets never carry TLS (PostgreSQL answers 'N' there too) and stay on the host.
   if (tls() == nullptr && peer_address_ != "unix" &&
       ClientTlsRequired(config.tls.client_tls_sslmode)) {
-    ++registry_->counters().clients_rejected_tls_required;
+    ++context_.counters().clients_rejected_tls_required;
     Fatal(protocol::sqlstate::kInvalidAuthorization,
           base::StrCat("SSL required: pgfleet accepts only TLS connections (client_tls_sslmode=",
                        config::SslModeName(config.tls.client_tls_sslmode),
@@ -312,20 +290,20 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
   }
   if (!AdmitLogin()) return;
   if (!holds_client_slot_) {
-    ++registry_->counters().clients_rejected_max_client_conn;
+    ++context_.counters().clients_rejected_max_client_conn;
     Fatal(protocol::sqlstate::kTooManyConnections, "no more connections allowed (max_client_conn)");
     return;
   }
-  admin_console_ = database_ == kAdminDatabase && registry_->admin_console() != nullptr;
+  admin_console_ = database_ == kAdminDatabase && host_.admin_console() != nullptr;
   if (admin_console_) {
-    if (!registry_->admin_console()->MayConnect(user_)) {
-      ++registry_->counters().login_failures;
+    if (!host_.admin_console()->MayConnect(user_)) {
+      ++context_.counters().login_failures;
       Fatal(protocol::sqlstate::kInvalidAuthorization,
             base::StrCat("not allowed to connect to the admin console: ", user_));
       return;
     }
   } else if (!config.FindDatabase(database_).has_value()) {
-    ++registry_->counters().login_failures;
+    ++context_.counters().login_failures;
     Fatal(protocol::sqlstate::kInvalidCatalogName, base::StrCat("no such database: ", database_));
     return;
   }
@@ -333,19 +311,19 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
 }
 
 void ClientConn::BeginAuth() {
-  const auto& config = registry_->config();
+  const auto& config = context_.config();
   if (EffectiveAuthType() == config::AuthType::kTrust) {
     FinishLogin();
     return;
   }
-  auto it = registry_->userlist().find(user_);
-  if (it != registry_->userlist().end()) {
+  auto it = context_.userlist().find(user_);
+  if (it != context_.userlist().end()) {
     ContinueAuthWithSecret(it->second);
     return;
   }
   if (!config.auth.query.empty() && !admin_console_) {
-    state_ = ClientState::kAuthQuery;
-    registry_->RunAuthQuery(this, *config.FindDatabase(database_));
+    host_.MoveClient(this, ClientState::kAuthQuery);
+    host_.RunAuthQuery(this, *config.FindDatabase(database_));
     return;
   }
   // Same message as for a wrong password, so user names cannot be probed.
@@ -366,13 +344,13 @@ void ClientConn::OnAuthQueryResult(bool found, const std::string& secret, std::s
 void ClientConn::Close(std::string_view reason) {
   if (state_ == ClientState::kClosed) return;
   EndLogin();
-  if (registry_->config().log.log_disconnections) {
+  if (context_.config().log.log_disconnections) {
     PGFLEET_LOG(kInfo, "client_disconnect", "client=", id_, " addr=", peer_address_,
                 " user=", base::LogQuote(user_), " db=", base::LogQuote(database_),
                 " state=", ClientStateName(state_), " reason=", base::LogQuote(reason));
   }
   if (cancel_key_registered_) {
-    registry_->ForgetCancelKey(cancel_key_);
+    host_.cancels().ForgetCancelKey(cancel_key_);
     cancel_key_registered_ = false;
   }
   if (auth_query_server_ != nullptr) {
@@ -380,7 +358,7 @@ void ClientConn::Close(std::string_view reason) {
     auth_query_server_ = nullptr;
   }
   CloseSocket();
-  registry_->DeleteClient(this);  // unlinks from pool and lists, sets kClosed, defers delete
+  host_.DeleteClient(this);  // unlinks from pool and lists, sets kClosed, defers delete
 }
 
 void ClientConn::FatalRaw(std::span<const uint8_t> error_message) {
@@ -392,7 +370,7 @@ void ClientConn::FatalRaw(std::span<const uint8_t> error_message) {
 
 void ClientConn::Fatal(std::string_view sqlstate, std::string_view message) {
   if (closed()) return;
-  registry_->counters().CountError(sqlstate);
+  context_.counters().CountError(sqlstate);
   protocol::StringSink sink;
   protocol::BuildErrorResponse(sink, "FATAL", sqlstate, message);
   (void)Send(AsBytes(sink.bytes()));
@@ -404,11 +382,11 @@ void ClientConn::SendWelcome(const std::vector<std::pair<std::string, std::strin
                              const ParamSet& server_defaults) {
   ParamSet& params = stream_.params;
   params.FillUnset(server_defaults);
-  cancel_key_ = registry_->MintCancelKey(this);
+  cancel_key_ = host_.cancels().MintCancelKey(this);
   cancel_key_registered_ = true;
   protocol::StringSink sink;
   protocol::BuildAuthenticationOk(sink);
-  const auto& names = registry_->tracked_params();
+  const auto& names = context_.tracked_params();
   std::vector<bool> sent(names.size(), false);
   for (const auto& [name, value] : server_params) {
     int slot = names.Find(name);
@@ -430,7 +408,7 @@ void ClientConn::SendWelcome(const std::vector<std::pair<std::string, std::strin
     Close("write failed");
     return;
   }
-  if (registry_->config().log.log_connections) {
+  if (context_.config().log.log_connections) {
     PGFLEET_LOG(kInfo, "client_login", "client=", id_, " addr=", peer_address_,
                 " user=", base::LogQuote(user_), " db=", base::LogQuote(database_));
   }
@@ -485,7 +463,7 @@ bool ClientConn::RelayToServer() {
   const FrontendVerdict verdict = server->relay().FromClient(data, loop_.now(), to_server, answers);
   if (verdict.kind == FrontendVerdict::Kind::kReject) {
     // Nothing more reaches the server: it is released or closed with this client.
-    if (verdict.protocol_error) ++registry_->counters().protocol_errors;
+    if (verdict.protocol_error) ++context_.counters().protocol_errors;
     Fatal(verdict.sqlstate, verdict.message);
     return false;
   }

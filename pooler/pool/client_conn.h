@@ -1,5 +1,5 @@
-// One client connection: startup, authentication (trust/md5/SCRAM, auth_file or auth_query),
-// then relaying its messages to the server it is linked to, or queueing for one.
+// One client connection: the I/O shell around its startup, its authentication (trust/md5/SCRAM,
+// auth_file or auth_query) and its half of the relay (relay.h decides what passes to the server).
 #pragma once
 
 #include <array>
@@ -13,8 +13,10 @@
 #include "pooler/base/intrusive_list.h"
 #include "pooler/config/config.h"
 #include "pooler/net/connection.h"
+#include "pooler/pool/connection_state.h"
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/relay.h"
+#include "pooler/pool/worker_context.h"
 #include "pooler/protocol/byte_sink.h"
 #include "pooler/protocol/cancel_key.h"
 #include "pooler/protocol/frame.h"
@@ -22,26 +24,36 @@
 
 namespace pgfleet::pool {
 
+class ClientConn;
 class Pool;
-class PoolRegistry;
 class ServerConn;
 
-enum class ClientState {
-  kStartup,    // reading the startup packet (or SSLRequest/CancelRequest)
-  kAuth,       // password exchange in progress
-  kAuthQuery,  // waiting for auth_query's answer
-  kWelcome,    // authenticated, waiting for the pool's first server to learn its parameters
-  kIdle,       // logged in, no server, nothing to send
-  kWaiting,    // has messages queued and waits for a server
-  kActive,     // linked to a server
-  kAdmin,      // logged in to the admin console (no server, ever)
-  kClosed,
+class CancelHandler;
+class AdminConsoleHandler;
+
+// What a client needs from its worker beyond the context: pools, the auth query, the worker's
+// client states (before a pool and on the console), login slots, the console and cancels.
+// PoolRegistry implements it.
+class ClientHost {
+ public:
+  virtual ~ClientHost() = default;
+  // The pool for (database config, user), created on first use.
+  virtual Pool* GetOrCreatePool(const config::DatabaseConfig& db, const std::string& user) = 0;
+  // Queues `client` for an auth_query of `db`'s auth.user.
+  virtual void RunAuthQuery(ClientConn* client, const config::DatabaseConfig& db) = 0;
+  // Moves a client among the worker's states (startup, auth, auth query, admin).
+  virtual void MoveClient(ClientConn* client, ClientState state) = 0;
+  // The client is gone: off every list, its slot returned, deleted after the event batch.
+  virtual void DeleteClient(ClientConn* client) = 0;
+  [[nodiscard]] virtual bool TryBeginLogin() = 0;
+  virtual void EndLogin() = 0;
+  virtual AdminConsoleHandler* admin_console() const = 0;
+  virtual CancelHandler& cancels() = 0;
 };
-std::string_view ClientStateName(ClientState state);
 
 class ClientConn final : public net::Connection, public base::ListNode {
  public:
-  ClientConn(net::EventLoop& loop, int fd, PoolRegistry* registry, uint64_t id,
+  ClientConn(WorkerContext& context, ClientHost& host, int fd, uint64_t id,
              std::string peer_address);
   ~ClientConn() override;
 
@@ -49,7 +61,6 @@ class ClientConn final : public net::Connection, public base::ListNode {
 
   uint64_t id() const { return id_; }
   ClientState state() const { return state_; }
-  void set_state(ClientState state) { state_ = state; }
   Pool* pool() const { return pool_; }
   ServerConn* server() const { return server_; }
   const std::string& user() const { return user_; }
@@ -87,7 +98,6 @@ class ClientConn final : public net::Connection, public base::ListNode {
 
   // Queues bytes for the client (admin console answers); false when the socket failed.
   bool SendBytes(std::span<const uint8_t> bytes) { return Send(bytes); }
-  bool is_admin_console() const { return admin_console_; }
 
   // Sends an ErrorResponse (FATAL or ERROR) and closes. Never throws away other clients.
   void Fatal(std::string_view sqlstate, std::string_view message);
@@ -122,7 +132,13 @@ class ClientConn final : public net::Connection, public base::ListNode {
   // (Relay::AnswerIdleDeallocate). True when done.
   bool AnswerDeallocate();
 
-  PoolRegistry* registry_;
+  // Only the state lists change the state (connection_state.h).
+  template <typename, typename, size_t>
+  friend class StateLists;
+  void set_state(ClientState state) { state_ = state; }
+
+  WorkerContext& context_;
+  ClientHost& host_;
   uint64_t id_;
   std::string peer_address_;
   ClientState state_ = ClientState::kStartup;
@@ -152,5 +168,7 @@ class ClientConn final : public net::Connection, public base::ListNode {
   absl::Time wait_started_at_;
   absl::Time last_activity_at_;
 };
+
+using ClientLists = StateLists<ClientConn, ClientState, kClientStateCount>;
 
 }  // namespace pgfleet::pool

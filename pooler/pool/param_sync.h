@@ -1,5 +1,6 @@
-// Session parameters pgfleet tracks per client and per server (PROTOCOL-NOTES 2.5), and the SET
-// statement that makes a server's values match a client's when they differ.
+// Session parameters pgfleet tracks per client and per server (docs/architecture.md, "Session
+// parameters"), and the SET statement that makes a server's values match a client's when they
+// differ.
 #pragma once
 
 #include <string>

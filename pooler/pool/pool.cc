@@ -16,134 +16,78 @@ constexpr absl::Duration kMaxConnectBackoff = absl::Seconds(1);
 
 Pool::Pool(PoolRegistry* registry, config::DatabaseConfig db, std::string user)
     : registry_(registry),
+      context_(registry->context()),
       db_(std::move(db)),
       user_(std::move(user)),
-      mode_(registry->config().EffectivePoolMode(db_, user_)),
-      server_defaults_(registry->tracked_params().size()) {
+      mode_(context_.config().EffectivePoolMode(db_, user_)),
+      server_defaults_(context_.tracked_params().size()) {
   UpdateRelaySettings();
 }
 
 Pool::~Pool() = default;
 
 bool Pool::tracks_prepared_statements() const {
-  return mode_ != config::PoolMode::kSession &&
-         registry_->config().pool.max_prepared_statements > 0;
+  return mode_ != config::PoolMode::kSession && context_.config().pool.max_prepared_statements > 0;
 }
 
 void Pool::UpdateRelaySettings() {
-  const auto& pool_config = registry_->config().pool;
+  const auto& pool_config = context_.config().pool;
   relay_settings_.max_packet_size = static_cast<uint32_t>(pool_config.max_packet_size);
   relay_settings_.track_prepared = tracks_prepared_statements();
   relay_settings_.max_prepared_statements =
       static_cast<size_t>(std::max(0, pool_config.max_prepared_statements));
-  relay_settings_.tracked = &registry_->tracked_params();
-  relay_settings_.statements = &registry_->statements();
+  relay_settings_.tracked = &context_.tracked_params();
+  relay_settings_.statements = &context_.statements();
 }
 
-int Pool::pool_size() const { return registry_->config().EffectivePoolSize(db_); }
+int Pool::pool_size() const { return context_.config().EffectivePoolSize(db_); }
 
 void Pool::ApplyConfig(const config::DatabaseConfig& db) {
   bool target_changed = db.host != db_.host || db.port != db_.port || db.dbname != db_.dbname ||
                         db.user != db_.user || db.password != db_.password;
   db_ = db;
-  mode_ = registry_->config().EffectivePoolMode(db_, user_);
+  mode_ = context_.config().EffectivePoolMode(db_, user_);
   UpdateRelaySettings();
   if (target_changed) {
-    for (auto* s = active_servers_.front(); s != nullptr; s = active_servers_.Next(s)) {
-      s->MarkCloseOnRelease();
-    }
+    for (ServerConn* s : servers_.In({ServerState::kActive})) s->MarkCloseOnRelease();
     CloseIdleServers("database settings changed");
     welcome_known_ = false;
   }
 }
 
-size_t Pool::client_count() const {
-  return welcome_clients_.size() + idle_clients_.size() + waiting_clients_.size() +
-         active_clients_.size();
-}
-
-size_t Pool::server_count() const {
-  return login_servers_.size() + idle_servers_.size() + active_servers_.size() +
-         testing_servers_.size();
-}
-
 absl::Duration Pool::max_wait(absl::Time now) const {
-  const ClientConn* first = waiting_clients_.front();
+  const ClientConn* first = clients_[ClientState::kWaiting].front();
   return first == nullptr ? absl::ZeroDuration() : now - first->wait_started_at();
-}
-
-void Pool::MoveClient(ClientConn* client, ClientState state) {
-  base::IntrusiveList<ClientConn>::RemoveFromOwner(client);
-  client->set_state(state);
-  switch (state) {
-    case ClientState::kWelcome:
-      welcome_clients_.PushBack(client);
-      break;
-    case ClientState::kIdle:
-      idle_clients_.PushBack(client);
-      break;
-    case ClientState::kWaiting:
-      waiting_clients_.PushBack(client);
-      break;
-    case ClientState::kActive:
-      active_clients_.PushBack(client);
-      break;
-    default:
-      break;
-  }
-}
-
-void Pool::MoveServer(ServerConn* server, ServerState state) {
-  base::IntrusiveList<ServerConn>::RemoveFromOwner(server);
-  server->set_state(state);
-  switch (state) {
-    case ServerState::kConnecting:
-    case ServerState::kLogin:
-      login_servers_.PushBack(server);
-      break;
-    case ServerState::kIdle:
-      idle_servers_.PushFront(server);  // LIFO keeps the busiest servers warm
-      break;
-    case ServerState::kActive:
-      active_servers_.PushBack(server);
-      break;
-    case ServerState::kTesting:
-    case ServerState::kCanceling:
-      testing_servers_.PushBack(server);
-      break;
-    case ServerState::kClosed:
-      break;
-  }
 }
 
 void Pool::AddClient(ClientConn* client) {
   if (welcome_known_) {
-    MoveClient(client, ClientState::kIdle);
+    clients_.Move(client, ClientState::kIdle);
     client->SendWelcome(welcome_params_, server_defaults_);
     if (!client->closed()) client->OnServerReleased();
     return;
   }
-  MoveClient(client, ClientState::kWelcome);
-  if (login_servers_.empty() && idle_servers_.empty()) LaunchServer(false);
+  clients_.Move(client, ClientState::kWelcome);
+  if (login_server_count() == 0 && servers_[ServerState::kIdle].empty()) LaunchServer(false);
 }
 
 void Pool::RequestServer(ClientConn* client) {
-  const absl::Time now = registry_->loop().now();
+  const absl::Time now = context_.loop().now();
   client->set_wait_started_at(now);
-  if (waiting_clients_.empty() && !paused_) {
+  if (clients_[ClientState::kWaiting].empty() && !paused_) {
     if (ServerConn* server = TakeIdleServer(now)) {
       Link(client, server);
       return;
     }
   }
-  MoveClient(client, ClientState::kWaiting);
+  clients_.Move(client, ClientState::kWaiting);
   ServeWaiting();
 }
 
 void Pool::Link(ClientConn* client, ServerConn* server) {
-  const absl::Time now = registry_->loop().now();
-  MoveServer(server, ServerState::kActive);
-  MoveClient(client, ClientState::kActive);
+  const absl::Time now = context_.loop().now();
+  servers_.Move(server, ServerState::kActive);
+  clients_.Move(client, ClientState::kActive);
   server->Attach(client);
   client->Attach(server);
   // Backpressure belongs to a link: a server paused for its previous client reads again.
@@ -152,7 +96,7 @@ void Pool::Link(ClientConn* client, ServerConn* server) {
       static_cast<uint64_t>(absl::ToInt64Microseconds(now - client->wait_started_at())));
   ++stats_.server_assignments;
   std::string sql;
-  if (BuildParamSync(registry_->tracked_params(), client->params(), server->params(), &sql)) {
+  if (BuildParamSync(context_.tracked_params(), client->params(), server->params(), &sql)) {
     if (!server->SendHiddenQuery(sql)) {
       server->Close("write failed");
       return;
@@ -162,8 +106,8 @@ void Pool::Link(ClientConn* client, ServerConn* server) {
 }
 
 ServerConn* Pool::TakeIdleServer(absl::Time now) {
-  const auto& pool_config = registry_->config().pool;
-  while (ServerConn* server = idle_servers_.front()) {
+  const auto& pool_config = context_.config().pool;
+  while (ServerConn* server = servers_[ServerState::kIdle].front()) {
     if (now - server->created_at() > pool_config.server_lifetime &&
         pool_config.server_lifetime > absl::ZeroDuration()) {
       server->Close("server lifetime over");
@@ -173,7 +117,7 @@ ServerConn* Pool::TakeIdleServer(absl::Time now) {
         now - server->last_used_at() > pool_config.server_check_delay &&
         pool_config.server_check_query != "-") {
       // Long idle: prove the connection still works before a client depends on it.
-      MoveServer(server, ServerState::kTesting);
+      servers_.Move(server, ServerState::kTesting);
       server->touch(now);
       if (!server->SendHiddenQuery(pool_config.server_check_query)) {
         server->Close("server check failed");
@@ -186,29 +130,29 @@ ServerConn* Pool::TakeIdleServer(absl::Time now) {
 }
 
 void Pool::ServeWaiting() {
-  const absl::Time now = registry_->loop().now();
+  const absl::Time now = context_.loop().now();
   while (!auth_query_waiters_.empty()) {
     ServerConn* server = TakeIdleServer(now);
     if (server == nullptr) break;
     ClientConn* client = auth_query_waiters_.front();
     auth_query_waiters_.erase(auth_query_waiters_.begin());
-    MoveServer(server, ServerState::kTesting);
+    servers_.Move(server, ServerState::kTesting);
     client->set_auth_query_server(server);
-    if (!server->StartAuthQuery(client, registry_->config().auth.query, client->user())) {
+    if (!server->StartAuthQuery(client, context_.config().auth.query, client->user())) {
       server->Close("write failed");
     }
   }
   if (paused_) return;
-  while (!waiting_clients_.empty()) {
+  while (!clients_[ClientState::kWaiting].empty()) {
     ServerConn* server = TakeIdleServer(now);
     if (server == nullptr) break;
-    Link(waiting_clients_.front(), server);
+    Link(clients_[ClientState::kWaiting].front(), server);
   }
-  size_t demand = waiting_clients_.size() + auth_query_waiters_.size() +
-                  (welcome_known_                ? 0
-                   : welcome_clients_.size() > 0 ? 1
-                                                 : 0);
-  while (demand > login_servers_.size() + testing_servers_.size()) {
+  size_t demand = waiting_count() + auth_query_waiters_.size() +
+                  (welcome_known_               ? 0
+                   : welcome_client_count() > 0 ? 1
+                                                : 0);
+  while (demand > login_server_count() + testing_server_count()) {
     if (!LaunchServer(false)) break;
   }
 }
@@ -216,7 +160,7 @@ void Pool::ServeWaiting() {
 void Pool::ScheduleServeWaiting() {
   if (serve_scheduled_) return;
   serve_scheduled_ = true;
-  registry_->loop().RunAfterBatch([this] {
+  context_.loop().RunAfterBatch([this] {
     serve_scheduled_ = false;
     ServeWaiting();
   });
@@ -224,50 +168,47 @@ void Pool::ScheduleServeWaiting() {
 
 bool Pool::CanLaunch(bool use_reserve) const {
   if (paused_) return false;
-  if (registry_->loop().now() < next_connect_allowed_) return false;
-  int limit = pool_size() + (use_reserve ? registry_->config().EffectiveReservePoolSize(db_) : 0);
+  if (context_.loop().now() < next_connect_allowed_) return false;
+  int limit = pool_size() + (use_reserve ? context_.config().EffectiveReservePoolSize(db_) : 0);
   if (static_cast<int>(server_count()) >= limit) return false;
   return true;
 }
 
 bool Pool::LaunchServer(bool use_reserve) {
   if (!CanLaunch(use_reserve)) return false;
-  if (!registry_->ServerBudgetAllows(this)) {
-    // Make room by closing an idle server another pool of this database does not need.
-    if (!registry_->EvictIdleServerFor(this) || !registry_->ServerBudgetAllows(this)) {
-      return false;
-    }
-  }
+  if (!registry_->budget().MayOpen(this)) return false;
   ServerConn* server = registry_->OpenServer(this);
   if (server == nullptr) {
     ++consecutive_connect_failures_;
-    next_connect_allowed_ = registry_->loop().now() + absl::Milliseconds(200);
+    next_connect_allowed_ = context_.loop().now() + absl::Milliseconds(200);
     return false;
   }
   if (use_reserve) ++reserve_in_use_;
-  registry_->CountServer(this, +1);
-  MoveServer(server, ServerState::kConnecting);
+  registry_->budget().Count(this, +1);
+  servers_.Add(server);  // kConnecting
   return true;
 }
 
-void Pool::OnServerConnected(ServerConn* server) { MoveServer(server, ServerState::kLogin); }
+void Pool::OnServerConnected(ServerConn* server) { servers_.Move(server, ServerState::kLogin); }
 
 void Pool::OnServerReady(ServerConn* server) {
+  // Idle from here on: closing it now (RECONNECT, a lowered budget) is not a failed login.
+  servers_.Move(server, ServerState::kIdle, /*front=*/true);
   consecutive_connect_failures_ = 0;
   next_connect_allowed_ = absl::InfinitePast();
   if (!welcome_known_) {
     welcome_known_ = true;
     welcome_params_ = server->login_params();
     server_defaults_ = server->params();
-    while (ClientConn* client = welcome_clients_.front()) {
-      MoveClient(client, ClientState::kIdle);
+    while (ClientConn* client = clients_[ClientState::kWelcome].front()) {
+      clients_.Move(client, ClientState::kIdle);
       client->SendWelcome(welcome_params_, server_defaults_);
     }
   }
   MakeIdle(server);
   // Clients welcomed above may have pipelined their first query already.
   std::vector<ClientConn*> pending;
-  for (auto* c = idle_clients_.front(); c != nullptr; c = idle_clients_.Next(c)) {
+  for (ClientConn* c : clients_.In({ClientState::kIdle})) {
     if (!c->in().empty()) pending.push_back(c);
   }
   for (ClientConn* c : pending) {
@@ -276,8 +217,8 @@ void Pool::OnServerReady(ServerConn* server) {
 }
 
 void Pool::FailWelcomeClients(std::span<const uint8_t> error) {
-  while (ClientConn* client = welcome_clients_.front()) client->FatalRaw(error);
-  while (ClientConn* client = waiting_clients_.front()) client->FatalRaw(error);
+  while (ClientConn* client = clients_[ClientState::kWelcome].front()) client->FatalRaw(error);
+  while (ClientConn* client = clients_[ClientState::kWaiting].front()) client->FatalRaw(error);
   auto waiters = std::move(auth_query_waiters_);
   auth_query_waiters_.clear();
   for (ClientConn* client : waiters) {
@@ -289,25 +230,27 @@ void Pool::OnServerLoginFailed(ServerConn* server, std::span<const uint8_t> erro
                                bool fatal_for_clients) {
   (void)server;
   ++consecutive_connect_failures_;
-  const auto retry = registry_->config().pool.server_login_retry;
+  const auto retry = context_.config().pool.server_login_retry;
   next_connect_allowed_ =
-      registry_->loop().now() +
+      context_.loop().now() +
       std::min(absl::Milliseconds(100) * (1 << std::min(consecutive_connect_failures_, 8)), retry);
   if (fatal_for_clients) FailWelcomeClients(error);
 }
 
 void Pool::MakeIdle(ServerConn* server) {
-  server->touch(registry_->loop().now());
+  server->touch(context_.loop().now());
   if (server->close_on_release()) {
     server->Close("closed on release");
     return;
   }
-  MoveServer(server, ServerState::kIdle);
+  if (server->state() != ServerState::kIdle) {
+    servers_.Move(server, ServerState::kIdle, /*front=*/true);
+  }
   ServeWaiting();
 }
 
 void Pool::ReleaseServer(ServerConn* server) {
-  const absl::Time now = registry_->loop().now();
+  const absl::Time now = context_.loop().now();
   ClientConn* client = server->client();
   if (client != nullptr) {
     ++stats_.transactions;
@@ -315,18 +258,19 @@ void Pool::ReleaseServer(ServerConn* server) {
         static_cast<uint64_t>(absl::ToInt64Microseconds(now - server->linked_at())));
     server->Detach();
     client->Detach();
-    MoveClient(client, ClientState::kIdle);
+    clients_.Move(client, ClientState::kIdle);
   }
   server->touch(now);
   server->SetReadEnabled(true);
   if (server->cancels_in_flight() > 0) {
-    // A cancel may still land; keep the server out of use until it has (PROTOCOL-NOTES 1.5).
-    MoveServer(server, ServerState::kCanceling);
+    // A cancel may still land; keep the server out of use until it has (docs/architecture.md,
+    // "Cancel keys").
+    servers_.Move(server, ServerState::kCanceling);
   } else if (static_cast<int>(server_count()) > pool_size() + reserve_in_use_ ||
              server->close_on_release()) {
     server->Close("pool over size");
   } else {
-    MoveServer(server, ServerState::kIdle);
+    servers_.Move(server, ServerState::kIdle, /*front=*/true);
   }
   // Waiting clients get servers after the batch, as PgBouncer's per-loop activation does: the
   // answers this batch relays reach their clients back to back (one wakeup of a client process
@@ -344,13 +288,13 @@ void Pool::RemoveClient(ClientConn* client) {
         server->IsReleasable() && server->in().empty() && !server->has_pending_output();
     server->Detach();
     client->Detach();
-    base::IntrusiveList<ClientConn>::RemoveFromOwner(client);
-    const auto& pool_config = registry_->config().pool;
+    clients_.Move(client, ClientState::kClosed);
+    const auto& pool_config = context_.config().pool;
     if (!clean) {
       server->Close("client disconnected while server was not ready");
     } else if ((mode_ == config::PoolMode::kSession || pool_config.server_reset_query_always) &&
                !pool_config.server_reset_query.empty()) {
-      MoveServer(server, ServerState::kTesting);
+      servers_.Move(server, ServerState::kTesting);
       if (!server->SendHiddenQuery(pool_config.server_reset_query)) {
         server->Close("server reset failed");
       }
@@ -359,7 +303,7 @@ void Pool::RemoveClient(ClientConn* client) {
     }
     return;
   }
-  base::IntrusiveList<ClientConn>::RemoveFromOwner(client);
+  clients_.Move(client, ClientState::kClosed);
 }
 
 void Pool::RemoveServer(ServerConn* server) {
@@ -368,24 +312,23 @@ void Pool::RemoveServer(ServerConn* server) {
   if (client != nullptr) {
     server->Detach();
     client->Detach();
-    MoveClient(client, ClientState::kIdle);
+    clients_.Move(client, ClientState::kIdle);
   }
-  base::IntrusiveList<ServerConn>::RemoveFromOwner(server);
-  server->set_state(ServerState::kClosed);
-  registry_->CountServer(this, -1);
+  servers_.Move(server, ServerState::kClosed);
+  registry_->budget().Count(this, -1);
   if (reserve_in_use_ > 0 && static_cast<int>(server_count()) < pool_size() + reserve_in_use_) {
     --reserve_in_use_;
   }
   registry_->DeleteServer(server);
   if (old_state == ServerState::kConnecting || old_state == ServerState::kLogin) {
-    if (next_connect_allowed_ <= registry_->loop().now()) {
+    if (next_connect_allowed_ <= context_.loop().now()) {
       ++consecutive_connect_failures_;
       // A refused or timed-out connect costs PostgreSQL nothing, so retry at least every second:
       // once it is back, clients must be served within 2 s, however long it was gone.
       next_connect_allowed_ =
-          registry_->loop().now() +
+          context_.loop().now() +
           std::min({absl::Milliseconds(50) * (1 << std::min(consecutive_connect_failures_, 8)),
-                    kMaxConnectBackoff, registry_->config().pool.server_login_retry});
+                    kMaxConnectBackoff, context_.config().pool.server_login_retry});
     }
   }
   if (client != nullptr && !client->closed()) {
@@ -406,31 +349,32 @@ void Pool::CancelAuthQuery(ClientConn* client) {
 }
 
 void Pool::CloseIdleServers(std::string_view reason) {
-  while (ServerConn* server = idle_servers_.front()) server->Close(reason);
+  while (ServerConn* server = servers_[ServerState::kIdle].front()) server->Close(reason);
 }
 
 bool Pool::EvictOneIdleServer() {
-  ServerConn* server = idle_servers_.back();  // the least recently used
+  ServerConn* server = servers_[ServerState::kIdle].back();  // the least recently used
   if (server == nullptr) return false;
   server->Close("evicted for another pool of the database");
   return true;
 }
 
 void Pool::Shutdown(std::string_view reason) {
-  for (auto* list : {&welcome_clients_, &idle_clients_, &waiting_clients_, &active_clients_}) {
-    while (ClientConn* client = list->front()) {
-      client->Fatal(protocol::sqlstate::kAdminShutdown, reason);
-    }
+  for (ClientConn* client : clients_.In({ClientState::kWelcome, ClientState::kIdle,
+                                         ClientState::kWaiting, ClientState::kActive})) {
+    if (!client->closed()) client->Fatal(protocol::sqlstate::kAdminShutdown, reason);
   }
-  for (auto* list : {&login_servers_, &idle_servers_, &active_servers_, &testing_servers_}) {
-    while (ServerConn* server = list->front()) server->Close(reason);
+  for (ServerConn* server :
+       servers_.In({ServerState::kConnecting, ServerState::kLogin, ServerState::kIdle,
+                    ServerState::kActive, ServerState::kTesting, ServerState::kCanceling})) {
+    if (server->state() != ServerState::kClosed) server->Close(reason);
   }
 }
 
 bool Pool::CloseIdleClients(std::string_view reason, absl::Time now) {
   constexpr absl::Duration kIdleGrace = absl::Seconds(1);
   std::vector<ClientConn*> idle;
-  for (auto* c = idle_clients_.front(); c != nullptr; c = idle_clients_.Next(c)) {
+  for (ClientConn* c : clients_.In({ClientState::kIdle})) {
     if (now - c->last_activity_at() > kIdleGrace && c->in().empty()) idle.push_back(c);
   }
   for (ClientConn* c : idle) c->Fatal(protocol::sqlstate::kAdminShutdown, reason);
@@ -438,14 +382,14 @@ bool Pool::CloseIdleClients(std::string_view reason, absl::Time now) {
 }
 
 void Pool::Maintain(absl::Time now) {
-  const auto& pc = registry_->config().pool;
+  const auto& pc = context_.config().pool;
   std::vector<ClientConn*> expired;
   // Clients queued too long.
   if (pc.query_wait_timeout > absl::ZeroDuration()) {
-    for (auto* c = waiting_clients_.front(); c != nullptr; c = waiting_clients_.Next(c)) {
+    for (ClientConn* c : clients_.In({ClientState::kWaiting})) {
       if (now - c->wait_started_at() > pc.query_wait_timeout) expired.push_back(c);
     }
-    for (auto* c = welcome_clients_.front(); c != nullptr; c = welcome_clients_.Next(c)) {
+    for (ClientConn* c : clients_.In({ClientState::kWelcome})) {
       if (now - c->connected_at() > pc.query_wait_timeout) expired.push_back(c);
     }
   }
@@ -456,7 +400,7 @@ void Pool::Maintain(absl::Time now) {
   expired.clear();
   // Idle clients.
   if (pc.client_idle_timeout > absl::ZeroDuration()) {
-    for (auto* c = idle_clients_.front(); c != nullptr; c = idle_clients_.Next(c)) {
+    for (ClientConn* c : clients_.In({ClientState::kIdle})) {
       if (now - c->last_activity_at() > pc.client_idle_timeout) expired.push_back(c);
     }
     for (ClientConn* c : expired) {
@@ -466,7 +410,7 @@ void Pool::Maintain(absl::Time now) {
   }
   // Linked clients: query_timeout and idle_transaction_timeout.
   std::vector<std::pair<ClientConn*, bool>> timed_out;  // (client, is_query_timeout)
-  for (auto* s = active_servers_.front(); s != nullptr; s = active_servers_.Next(s)) {
+  for (ServerConn* s : servers_.In({ServerState::kActive})) {
     ClientConn* c = s->client();
     if (c == nullptr) continue;
     if (pc.query_timeout > absl::ZeroDuration() && s->query_in_progress() &&
@@ -479,7 +423,7 @@ void Pool::Maintain(absl::Time now) {
   }
   for (auto [c, query] : timed_out) {
     // Stop the backend's work too: closing the socket alone would leave the query running.
-    if (query && c->server() != nullptr) registry_->CancelAbandonedQuery(*c->server());
+    if (query && c->server() != nullptr) registry_->cancels().CancelAbandonedQuery(*c->server());
     // Closing the client closes its server: it is mid-transaction.
     c->Fatal(
         query ? protocol::sqlstate::kQueryCanceled : protocol::sqlstate::kIdleInTransactionTimeout,
@@ -488,13 +432,14 @@ void Pool::Maintain(absl::Time now) {
   }
   // Servers: connect timeout, idle timeout, lifetime.
   std::vector<std::pair<ServerConn*, const char*>> to_close;
-  for (auto* s = login_servers_.front(); s != nullptr; s = login_servers_.Next(s)) {
+  for (ServerConn* s : servers_.In({ServerState::kConnecting, ServerState::kLogin})) {
     if (now - s->created_at() > pc.server_connect_timeout)
       to_close.emplace_back(s, "connect timeout");
   }
   size_t count = server_count();
-  const size_t min_size = static_cast<size_t>(registry_->config().EffectiveMinPoolSize(db_));
-  for (auto* s = idle_servers_.back(); s != nullptr; s = static_cast<ServerConn*>(s->prev)) {
+  const size_t min_size = static_cast<size_t>(context_.config().EffectiveMinPoolSize(db_));
+  for (auto* s = servers_[ServerState::kIdle].back(); s != nullptr;
+       s = static_cast<ServerConn*>(s->prev)) {
     if (pc.server_lifetime > absl::ZeroDuration() && now - s->created_at() > pc.server_lifetime) {
       to_close.emplace_back(s, "server lifetime over");
     } else if (pc.server_idle_timeout > absl::ZeroDuration() && count > min_size &&
@@ -505,11 +450,12 @@ void Pool::Maintain(absl::Time now) {
   }
   for (auto [s, reason] : to_close) s->Close(reason);
   // Reserve pool: a client waiting past reserve_pool_timeout may use extra servers.
-  if (!waiting_clients_.empty() && registry_->config().EffectiveReservePoolSize(db_) > 0 &&
+  if (!clients_[ClientState::kWaiting].empty() &&
+      context_.config().EffectiveReservePoolSize(db_) > 0 &&
       max_wait(now) > pc.reserve_pool_timeout) {
     LaunchServer(true);
   }
-  while (static_cast<int>(server_count()) < registry_->config().EffectiveMinPoolSize(db_)) {
+  while (static_cast<int>(server_count()) < context_.config().EffectiveMinPoolSize(db_)) {
     if (!LaunchServer(false)) break;
   }
   ServeWaiting();

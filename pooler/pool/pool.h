@@ -1,6 +1,6 @@
 // A pool of server connections for one (database, user), with one list per connection state
-// (STYLE.md example 7). Decides when a client gets a server, when servers are opened and closed,
-// and when a server goes back to the pool.
+// (docs/architecture.md, "Connection state machines"). Decides when a client gets a server, when
+// servers are opened and closed, and when a server goes back to the pool.
 #pragma once
 
 #include <functional>
@@ -18,6 +18,7 @@
 #include "pooler/pool/relay.h"
 #include "pooler/pool/server_conn.h"
 #include "pooler/pool/stats.h"
+#include "pooler/pool/worker_context.h"
 
 namespace pgfleet::pool {
 
@@ -44,7 +45,7 @@ class Pool {
   bool tracks_prepared_statements() const;
   // What every relay of this pool's servers works with.
   const RelaySettings& relay_settings() const { return relay_settings_; }
-  PoolRegistry* registry() const { return registry_; }
+  WorkerContext& context() const { return context_; }
   ServerCredentials& credentials() { return credentials_; }
   PoolStats& stats() { return stats_; }
 
@@ -83,17 +84,23 @@ class Pool {
   void Maintain(absl::Time now);
 
   // Counts for SHOW POOLS / metrics / tests.
-  size_t client_count() const;
-  size_t waiting_count() const { return waiting_clients_.size(); }
-  size_t active_client_count() const { return active_clients_.size(); }
-  size_t idle_client_count() const { return idle_clients_.size(); }
-  size_t server_count() const;
-  size_t idle_server_count() const { return idle_servers_.size(); }
-  size_t active_server_count() const { return active_servers_.size(); }
-  size_t login_server_count() const { return login_servers_.size(); }
-  size_t testing_server_count() const { return testing_servers_.size(); }
+  size_t client_count() const { return clients_.total(); }
+  size_t waiting_count() const { return clients_.size(ClientState::kWaiting); }
+  size_t active_client_count() const { return clients_.size(ClientState::kActive); }
+  size_t idle_client_count() const { return clients_.size(ClientState::kIdle); }
+  size_t welcome_client_count() const { return clients_.size(ClientState::kWelcome); }
+  size_t server_count() const { return servers_.total(); }
+  size_t idle_server_count() const { return servers_.size(ServerState::kIdle); }
+  size_t active_server_count() const { return servers_.size(ServerState::kActive); }
+  // Connecting or logging in.
+  size_t login_server_count() const {
+    return servers_.size(ServerState::kConnecting) + servers_.size(ServerState::kLogin);
+  }
+  // Running a check, reset or auth query, or waiting for a cancel to land (sv_tested).
+  size_t testing_server_count() const {
+    return servers_.size(ServerState::kTesting) + servers_.size(ServerState::kCanceling);
+  }
   absl::Duration max_wait(absl::Time now) const;
-  bool welcome_known() const { return welcome_known_; }
 
   // Tells every client `reason` (FATAL 57P01) and closes every connection of the pool.
   void Shutdown(std::string_view reason);
@@ -112,7 +119,7 @@ class Pool {
   void SetPaused(bool paused);
   bool paused() const { return paused_; }
   // True once a pause has drained: no server is linked to a client.
-  bool PauseDrained() const { return active_servers_.empty(); }
+  bool PauseDrained() const { return servers_[ServerState::kActive].empty(); }
   // RECONNECT: closes idle servers now and every other server when it is released.
   void Reconnect();
   // True while some server is marked to close at its next release (WAIT_CLOSE).
@@ -120,7 +127,6 @@ class Pool {
   // Every client / server of the pool, in state-list order (SHOW CLIENTS/SERVERS).
   void ForEachClient(const std::function<void(const ClientConn&)>& fn) const;
   void ForEachServer(const std::function<void(const ServerConn&)>& fn) const;
-  size_t welcome_client_count() const { return welcome_clients_.size(); }
 
  private:
   void Link(ClientConn* client, ServerConn* server);
@@ -131,13 +137,12 @@ class Pool {
   bool LaunchServer(bool use_reserve);
   bool CanLaunch(bool use_reserve) const;
   ServerConn* TakeIdleServer(absl::Time now);
-  void MoveServer(ServerConn* server, ServerState state);
-  void MoveClient(ClientConn* client, ClientState state);
   void FailWelcomeClients(std::span<const uint8_t> error);
   int pool_size() const;
   void UpdateRelaySettings();
 
-  PoolRegistry* registry_;
+  PoolRegistry* registry_;  // opens and deletes servers; the budget and cancels
+  WorkerContext& context_;
   config::DatabaseConfig db_;
   std::string user_;
   config::PoolMode mode_;
@@ -149,17 +154,14 @@ class Pool {
   std::vector<std::pair<std::string, std::string>> welcome_params_;
   ParamSet server_defaults_;
 
-  base::IntrusiveList<ClientConn> welcome_clients_;
-  base::IntrusiveList<ClientConn> idle_clients_;
-  base::IntrusiveList<ClientConn> waiting_clients_;
-  base::IntrusiveList<ClientConn> active_clients_;
+  ClientLists clients_{ClientState::kWelcome, ClientState::kIdle, ClientState::kWaiting,
+                       ClientState::kActive};
 
   std::vector<ClientConn*> auth_query_waiters_;
 
-  base::IntrusiveList<ServerConn> login_servers_;  // connecting or logging in
-  base::IntrusiveList<ServerConn> idle_servers_;   // LIFO: most recently used at the front
-  base::IntrusiveList<ServerConn> active_servers_;
-  base::IntrusiveList<ServerConn> testing_servers_;  // check/reset query or cancel in flight
+  // Idle servers are LIFO: the most recently used at the front keeps the busiest ones warm.
+  ServerLists servers_{ServerState::kConnecting, ServerState::kLogin,   ServerState::kIdle,
+                       ServerState::kActive,     ServerState::kTesting, ServerState::kCanceling};
 
   int reserve_in_use_ = 0;
   absl::Time next_connect_allowed_ = absl::InfinitePast();

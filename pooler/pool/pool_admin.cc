@@ -12,31 +12,35 @@ void Pool::SetPaused(bool paused) {
 }
 
 void Pool::Reconnect() {
-  for (auto* list : {&login_servers_, &active_servers_, &testing_servers_}) {
-    for (ServerConn* s = list->front(); s != nullptr; s = list->Next(s)) s->MarkCloseOnRelease();
+  for (ServerConn* s :
+       servers_.In({ServerState::kConnecting, ServerState::kLogin, ServerState::kActive,
+                    ServerState::kTesting, ServerState::kCanceling})) {
+    s->MarkCloseOnRelease();
   }
   CloseIdleServers("reconnect requested by admin");
 }
 
 bool Pool::HasServersToClose() const {
-  for (const auto* list : {&login_servers_, &idle_servers_, &active_servers_, &testing_servers_}) {
-    for (const ServerConn* s = list->front(); s != nullptr; s = list->Next(s)) {
-      if (s->close_on_release()) return true;
-    }
+  for (const ServerConn* s :
+       servers_.In({ServerState::kConnecting, ServerState::kLogin, ServerState::kIdle,
+                    ServerState::kActive, ServerState::kTesting, ServerState::kCanceling})) {
+    if (s->close_on_release()) return true;
   }
   return false;
 }
 
 void Pool::ForEachClient(const std::function<void(const ClientConn&)>& fn) const {
-  for (const auto* list :
-       {&active_clients_, &waiting_clients_, &idle_clients_, &welcome_clients_}) {
-    for (const ClientConn* c = list->front(); c != nullptr; c = list->Next(c)) fn(*c);
+  for (const ClientConn* c : clients_.In({ClientState::kActive, ClientState::kWaiting,
+                                          ClientState::kIdle, ClientState::kWelcome})) {
+    fn(*c);
   }
 }
 
 void Pool::ForEachServer(const std::function<void(const ServerConn&)>& fn) const {
-  for (const auto* list : {&active_servers_, &idle_servers_, &testing_servers_, &login_servers_}) {
-    for (const ServerConn* s = list->front(); s != nullptr; s = list->Next(s)) fn(*s);
+  for (const ServerConn* s :
+       servers_.In({ServerState::kActive, ServerState::kIdle, ServerState::kTesting,
+                    ServerState::kCanceling, ServerState::kConnecting, ServerState::kLogin})) {
+    fn(*s);
   }
 }
 

@@ -1,7 +1,7 @@
 // Protocol-level named prepared statements under transaction pooling (PgBouncer 1.21's scheme,
-// PROTOCOL-NOTES section 3): each distinct (query, parameter types) becomes one worker-wide
-// statement with a server-side name "pgfleet_<id>"; clients keep their own names; each server
-// remembers which statements it has, in LRU order, bounded by max_prepared_statements.
+// docs/architecture.md, "Prepared statements"): each distinct (query, parameter types) becomes one
+// worker-wide statement with a server-side name "pgfleet_<id>"; clients keep their own names; each
+// server remembers which statements it has, in LRU order, bounded by max_prepared_statements.
 #pragma once
 
 #include <cstdint>

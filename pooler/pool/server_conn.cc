@@ -13,7 +13,6 @@
 #include "pooler/pool/client_conn.h"
 #include "pooler/pool/connection_output.h"
 #include "pooler/pool/pool.h"
-#include "pooler/pool/pool_registry.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/frontend.h"
@@ -22,26 +21,6 @@
 #include "pooler/protocol/stream_decoder.h"
 
 namespace pgfleet::pool {
-
-std::string_view ServerStateName(ServerState state) {
-  switch (state) {
-    case ServerState::kConnecting:
-      return "connecting";
-    case ServerState::kLogin:
-      return "login";
-    case ServerState::kIdle:
-      return "idle";
-    case ServerState::kActive:
-      return "active";
-    case ServerState::kTesting:
-      return "tested";
-    case ServerState::kCanceling:
-      return "being_canceled";
-    case ServerState::kClosed:
-      return "closed";
-  }
-  return "unknown";
-}
 
 // Stats and logs for what the relay reports.
 class ServerConn::Observer final : public RelayObserver {
@@ -55,7 +34,7 @@ class ServerConn::Observer final : public RelayObserver {
   }
   void OnServerError(std::string_view sqlstate) override {
     ++server_.pool_->stats().errors;
-    if (!sqlstate.empty()) server_.pool_->registry()->counters().CountError(sqlstate);
+    if (!sqlstate.empty()) server_.pool_->context().counters().CountError(sqlstate);
   }
   void OnHiddenQueryFailed(std::string_view message) override {
     PGFLEET_LOG(kWarning, "server_hidden_query_failed", "server=", server_.id_,
@@ -182,13 +161,12 @@ void ServerConn::OnIoEvent(uint32_t events) {
 
 void ServerConn::OnConnected() {
   connecting_ = false;
-  net::TuneSocket(fd_, pool_->registry()->config().pool.tcp_keepalive);
-  state_ = ServerState::kLogin;
+  net::TuneSocket(fd_, pool_->context().config().pool.tcp_keepalive);
+  pool_->OnServerConnected(this);  // kLogin
   UpdateInterest();
-  pool_->OnServerConnected(this);
   // PostgreSQL answers 'N' on unix sockets, so asking there would only cost a round trip.
-  const auto& tls = pool_->registry()->config().tls;
-  if (ServerTlsWanted(tls.server_tls_sslmode) && pool_->registry()->tls().server != nullptr &&
+  const auto& tls = pool_->context().config().tls;
+  if (ServerTlsWanted(tls.server_tls_sslmode) && pool_->context().tls().server != nullptr &&
       !pool_->db().host.starts_with('/')) {
     protocol::StringSink sink;
     protocol::BuildSslRequest(sink);
@@ -226,7 +204,7 @@ void ServerConn::HandleSslAnswer(uint32_t events) {
     return;
   }
   awaiting_ssl_answer_ = false;
-  const config::SslMode mode = pool_->registry()->config().tls.server_tls_sslmode;
+  const config::SslMode mode = pool_->context().config().tls.server_tls_sslmode;
   if (answer == 'N') {
     in_.Consume(1);
     if (ServerTlsRequired(mode)) {
@@ -246,7 +224,7 @@ void ServerConn::HandleSslAnswer(uint32_t events) {
   in_.Consume(1);
   const std::string verify_host =
       mode == config::SslMode::kVerifyFull ? pool_->db().host : std::string();
-  if (auto status = StartTls(pool_->registry()->tls().server, verify_host); !status.ok()) {
+  if (auto status = StartTls(pool_->context().tls().server, verify_host); !status.ok()) {
     FailLogin(base::StrCat("cannot start TLS: ", base::Sv(status.message())));
     return;
   }
@@ -336,7 +314,7 @@ void ServerConn::HandleAuthRequest(std::span<const uint8_t> body) {
               : auth::kScramSha256;
       if (kind == auth::SecretKind::kPlain) {
         scram_.emplace(
-            auth::ScramClientExchange::WithPassword(creds.secret, pool_->registry()->random()));
+            auth::ScramClientExchange::WithPassword(creds.secret, pool_->context().random()));
       } else if (kind == auth::SecretKind::kScramSha256 && creds.scram_client_key.has_value()) {
         auto secret = auth::ParseScramSecret(creds.secret);
         if (!secret.ok()) {
@@ -344,7 +322,7 @@ void ServerConn::HandleAuthRequest(std::span<const uint8_t> body) {
           return;
         }
         scram_.emplace(auth::ScramClientExchange::WithClientKey(*creds.scram_client_key, *secret,
-                                                                pool_->registry()->random()));
+                                                                pool_->context().random()));
       } else {
         FailLogin("server asked for SCRAM and no usable password is known for the user");
         return;
@@ -389,7 +367,7 @@ void ServerConn::FailLogin(std::string_view message) {
   PGFLEET_LOG(kWarning, "server_login_failed", "server=", id_,
               " db=", base::LogQuote(pool_->db().name), " user=", base::LogQuote(pool_->user()),
               " message=", base::LogQuote(message));
-  ++pool_->registry()->counters().server_login_failures;
+  ++pool_->context().counters().server_login_failures;
   protocol::StringSink sink;
   protocol::BuildErrorResponse(sink, "FATAL", protocol::sqlstate::kInvalidAuthorization,
                                base::StrCat("pgfleet cannot log in to the server: ", message));
@@ -406,7 +384,7 @@ void ServerConn::HandleLoginError(std::span<const uint8_t> body) {
               " db=", base::LogQuote(pool_->db().name), " user=", base::LogQuote(pool_->user()),
               " sqlstate=", code,
               " message=", base::LogQuote(fields.ok() ? fields->message : "malformed"));
-  ++pool_->registry()->counters().server_login_failures;
+  ++pool_->context().counters().server_login_failures;
   // Rebuild the whole message so it can go to clients as is.
   std::vector<uint8_t> whole(body.size() + 5);
   whole[0] = 'E';
@@ -427,7 +405,7 @@ void ServerConn::HandleLoginMessage(uint8_t type, std::span<const uint8_t> body)
       auto ps = protocol::ParseParameterStatus(body);
       if (!ps.ok()) break;
       login_params_.emplace_back(std::string(ps->name), std::string(ps->value));
-      int slot = pool_->registry()->tracked_params().Find(ps->name);
+      int slot = pool_->context().tracked_params().Find(ps->name);
       if (slot >= 0) relay_.mutable_params().Set(static_cast<size_t>(slot), ps->value);
       return;
     }
@@ -439,7 +417,6 @@ void ServerConn::HandleLoginMessage(uint8_t type, std::span<const uint8_t> body)
       return;
     }
     case 'Z':
-      state_ = ServerState::kIdle;
       last_used_at_ = loop_.now();
       PGFLEET_LOG(kDebug, "server_login", "server=", id_, " db=", base::LogQuote(pool_->db().name),
                   " user=", base::LogQuote(pool_->user()), " backend_pid=", backend_pid_);
@@ -492,49 +469,45 @@ void ServerConn::FinishAuthQuery() {
   auth_query_secret_.clear();
 }
 
-void ServerConn::ProcessLogin() {
-  const uint32_t max_packet =
-      static_cast<uint32_t>(pool_->registry()->config().pool.max_packet_size);
+template <typename More, typename Handle>
+bool ServerConn::ReadWholeMessages(More more, Handle handle) {
+  const auto max_packet = static_cast<uint32_t>(pool_->context().config().pool.max_packet_size);
   size_t pos = 0;
-  while (state_ == ServerState::kLogin) {
+  while (more()) {
     protocol::StreamDecoder::Piece message;
     auto result =
         protocol::StreamDecoder::PeekWhole(in_.Readable().subspan(pos), max_packet, &message);
     if (result == protocol::FrameResult::kNeedMore) break;
     if (result == protocol::FrameResult::kProtocolError) {
       Close("protocol error from server");
-      return;
+      return false;
     }
-    HandleLoginMessage(message.header.type, message.body());
-    if (closed()) return;
     pos += message.header.total_size();
+    handle(message);
+    if (closed()) return false;
   }
-  // Anything after the login's ReadyForQuery stays unread: an idle server must send nothing.
   in_.Consume(pos);
+  return true;
+}
+
+void ServerConn::ProcessLogin() {
+  // Anything after the login's ReadyForQuery stays unread: an idle server must send nothing.
+  ReadWholeMessages([this] { return state_ == ServerState::kLogin; },
+                    [this](const protocol::StreamDecoder::Piece& message) {
+                      HandleLoginMessage(message.header.type, message.body());
+                    });
 }
 
 void ServerConn::ProcessAuthQuery() {
-  const uint32_t max_packet =
-      static_cast<uint32_t>(pool_->registry()->config().pool.max_packet_size);
-  size_t pos = 0;
-  while (auth_query_running_) {
-    protocol::StreamDecoder::Piece message;
-    auto result =
-        protocol::StreamDecoder::PeekWhole(in_.Readable().subspan(pos), max_packet, &message);
-    if (result == protocol::FrameResult::kNeedMore) break;
-    if (result == protocol::FrameResult::kProtocolError) {
-      Close("protocol error from server");
-      return;
-    }
-    pos += message.header.total_size();
-    if (message.header.type == 'Z') {
-      FinishAuthQuery();
-      if (closed()) return;
-      break;
-    }
-    OnAuthQueryMessage(message.header.type, message.body());
-  }
-  in_.Consume(pos);
+  const bool open = ReadWholeMessages([this] { return auth_query_running_; },
+                                      [this](const protocol::StreamDecoder::Piece& message) {
+                                        if (message.header.type == 'Z') {
+                                          FinishAuthQuery();  // ends the loop
+                                        } else {
+                                          OnAuthQueryMessage(message.header.type, message.body());
+                                        }
+                                      });
+  if (!open) return;
   in_.ReleaseIfEmpty();
   AfterRelayChunk();
 }

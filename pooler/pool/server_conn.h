@@ -13,6 +13,7 @@
 #include "pooler/auth/scram.h"
 #include "pooler/base/intrusive_list.h"
 #include "pooler/net/connection.h"
+#include "pooler/pool/connection_state.h"
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/relay.h"
 #include "pooler/protocol/backend.h"
@@ -22,17 +23,6 @@ namespace pgfleet::pool {
 
 class ClientConn;
 class Pool;
-
-enum class ServerState {
-  kConnecting,  // TCP/unix connect in progress
-  kLogin,       // startup and authentication
-  kIdle,        // in the pool, unlinked
-  kActive,      // linked to a client
-  kTesting,     // running server_check_query or server_reset_query, unlinked
-  kCanceling,   // released while a cancel it was sent is still in flight; not reusable yet
-  kClosed,
-};
-std::string_view ServerStateName(ServerState state);
 
 class ServerConn final : public net::Connection, public base::ListNode {
  public:
@@ -44,7 +34,6 @@ class ServerConn final : public net::Connection, public base::ListNode {
   uint64_t id() const { return id_; }
   Pool* pool() const { return pool_; }
   ServerState state() const { return state_; }
-  void set_state(ServerState state) { state_ = state; }
   ClientConn* client() const { return client_; }
 
   // Link bookkeeping (Pool::Link/Unlink are the only callers).
@@ -94,6 +83,11 @@ class ServerConn final : public net::Connection, public base::ListNode {
   void Close(std::string_view reason);
 
  private:
+  // Only the state lists change the state (connection_state.h).
+  template <typename, typename, size_t>
+  friend class StateLists;
+  void set_state(ServerState state) { state_ = state; }
+
   class Observer;
   void OnConnected();
   // server_tls_sslmode: the one-byte answer to our SSLRequest, then the handshake.
@@ -106,6 +100,10 @@ class ServerConn final : public net::Connection, public base::ListNode {
   // Login cannot succeed (no usable credentials): waiting clients get `message` as a FATAL.
   void FailLogin(std::string_view message);
   void SendStartup();
+  // Hands each whole message in the input to `handle` while `more()` holds, then consumes what
+  // it handled. False when the server was closed (a bad length, or by a handler).
+  template <typename More, typename Handle>
+  bool ReadWholeMessages(More more, Handle handle);
   void ProcessRelay();
   void ProcessAuthQuery();
   void AfterRelayChunk();
@@ -139,5 +137,7 @@ class ServerConn final : public net::Connection, public base::ListNode {
   absl::Time last_used_at_;
   absl::Time linked_at_;
 };
+
+using ServerLists = StateLists<ServerConn, ServerState, kServerStateCount>;
 
 }  // namespace pgfleet::pool

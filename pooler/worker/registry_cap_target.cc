@@ -6,7 +6,7 @@
 
 namespace pgfleet::worker {
 
-void RegistryCapTarget::EnableCaps() { registry_->EnableDatabaseCaps(); }
+void RegistryCapTarget::EnableCaps() { registry_->budget().EnableDatabaseCaps(); }
 
 std::vector<RegistryCapTarget::Usage> RegistryCapTarget::Usages() {
   std::map<std::string, Usage> usages;
@@ -32,7 +32,7 @@ std::vector<RegistryCapTarget::Usage> RegistryCapTarget::Usages() {
   }
   std::vector<Usage> out;
   for (auto& [name, usage] : usages) {
-    usage.open = registry_->DatabaseServerCount(name);
+    usage.open = registry_->budget().DatabaseServerCount(name);
     usage.demand = std::min(usage.demand, capacity[name]);
     out.push_back(usage);
   }
@@ -40,11 +40,11 @@ std::vector<RegistryCapTarget::Usage> RegistryCapTarget::Usages() {
 }
 
 void RegistryCapTarget::SetCap(const std::string& database, int cap) {
-  registry_->SetDatabaseCap(database, cap);
+  registry_->budget().SetDatabaseCap(database, cap);
 }
 
 int RegistryCapTarget::Enforce(const std::string& database, bool force) {
-  return registry_->EnforceDatabaseCap(database, force);
+  return registry_->budget().EnforceDatabaseCap(database, force);
 }
 
 }  // namespace pgfleet::worker

@@ -47,8 +47,8 @@ absl::Status Worker::Init() {
   if (config_->log.level == "error") base::SetLogLevel(base::LogLevel::kError);
   registry_ = std::make_unique<pool::PoolRegistry>(loop_, config_, std::move(userlist),
                                                    options_.peer_id, base::SystemRandom());
-  registry_->set_hba(std::move(hba));
-  registry_->set_tls(std::move(tls));
+  registry_->context().set_hba(std::move(hba));
+  registry_->context().set_tls(std::move(tls));
   fleet_->AttachCapTarget(std::make_unique<RegistryCapTarget>(registry_.get()));
   StartStats(fleet_config);
   if (options_.client_budget_fd >= 0) {
@@ -111,7 +111,7 @@ absl::Status Worker::StartPeering() {
   if (options_.runtime_dir.empty()) return absl::OkStatus();
   peers_ = std::make_unique<peering::PeerDirectory>(options_.runtime_dir);
   peering_service_ = std::make_unique<peering::PeeringService>(
-      loop_, *registry_,
+      loop_, registry_->cancels(),
       [this](const peering::v1::GetWorkerStatsRequest& request, peering::v1::WorkerStats* stats) {
         stats_->Fill(request, stats);
       });
@@ -134,7 +134,7 @@ absl::Status Worker::StartPeering() {
     forwarder_ = std::make_unique<peering::GrpcCancelForwarder>(
         *peers_, options_.peer_id, config_->pool.cancel_wait_timeout, fleet_->directory(),
         fleet_->credentials());
-    registry_->set_cancel_forwarder(forwarder_.get());
+    registry_->cancels().set_forwarder(forwarder_.get());
   }
   return absl::OkStatus();
 }
@@ -180,13 +180,9 @@ void Worker::Reload() {
   }
   config_ = std::make_shared<const config::Config>(
       config::ShareForWorker(*config, options_.slot, options_.worker_count));
-  auto status = registry_->Reload(config_, *std::move(userlist));
-  if (!status.ok()) {
-    PGFLEET_LOG(kError, "reload_failed", "error=", base::LogQuote(base::Sv(status.message())));
-    return;
-  }
-  registry_->set_hba(*std::move(hba));
-  registry_->set_tls(*std::move(tls));
+  registry_->Reload(config_, *std::move(userlist));
+  registry_->context().set_hba(*std::move(hba));
+  registry_->context().set_tls(*std::move(tls));
   SetFleetConfig(*config);
   fleet_->UpdateConfig(*config);
   PGFLEET_LOG(kInfo, "reloaded", "config=", options_.config_path);

@@ -1,0 +1,127 @@
+// Cancel keys and CancelRequests of one worker.
+#include "pooler/pool/cancel_handler.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "pooler/base/log.h"
+#include "pooler/net/socket.h"
+#include "pooler/pool/client_conn.h"
+#include "pooler/pool/pool.h"
+#include "pooler/pool/server_conn.h"
+
+namespace pgfleet::pool {
+
+CancelHandler::~CancelHandler() = default;
+
+protocol::CancelKey CancelHandler::MintCancelKey(ClientConn* client) {
+  protocol::CancelKey key;
+  do {
+    uint8_t bytes[2 + protocol::kCancelSecretSize];
+    context_.random().Fill(bytes);
+    key.pid = protocol::MakeCancelPid(context_.peer_id(), (uint32_t{bytes[0]} << 8) | bytes[1]);
+    std::copy(bytes + 2, bytes + sizeof(bytes), key.secret.begin());
+  } while (!cancel_keys_.emplace(key, client).second);
+  return key;
+}
+
+void CancelHandler::ForgetCancelKey(const protocol::CancelKey& key) { cancel_keys_.erase(key); }
+
+CancelOutcome CancelHandler::HandleCancel(const protocol::CancelKey& key, bool forwarded) {
+  WorkerCounters& counters = context_.counters();
+  const uint32_t owner = protocol::PeerIdOfCancelPid(key.pid);
+  if (owner != context_.peer_id()) {
+    if (!forwarded && forwarder_ != nullptr && forwarder_->ForwardCancel(key)) {
+      ++counters.cancels_forwarded;
+      return CancelOutcome::kForwarded;
+    }
+    ++counters.cancels_dropped;
+    PGFLEET_LOG(kDebug, "cancel_dropped", "reason=", forwarded ? "not_owner" : "unknown_owner",
+                " owner=", owner);
+    return CancelOutcome::kDropped;
+  }
+  auto it = cancel_keys_.find(key);
+  if (it == cancel_keys_.end()) {
+    // A key minted without a controller (pod block 0) may be the same-numbered worker's of
+    // another pod: the forwarder offers it to the other pods, once.
+    if (!forwarded && forwarder_ != nullptr && protocol::PodBlockOfPeerId(owner) == 0 &&
+        forwarder_->ForwardCancel(key)) {
+      ++counters.cancels_forwarded;
+      return CancelOutcome::kForwarded;
+    }
+    // Unknown keys are dropped silently, as PostgreSQL does.
+    ++counters.cancels_dropped;
+    PGFLEET_LOG(kDebug, "cancel_dropped", "reason=unknown_key");
+    return CancelOutcome::kDropped;
+  }
+  ClientConn* client = it->second;
+  ServerConn* server = client->server();
+  if (server == nullptr || !server->query_in_progress()) {
+    ++counters.cancels_dropped;
+    PGFLEET_LOG(kDebug, "cancel_dropped", "reason=idle_client client=", client->id());
+    return CancelOutcome::kDropped;
+  }
+  auto fd = net::ConnectTo(server->pool()->db().host, server->pool()->db().port);
+  if (!fd.ok()) {
+    ++counters.cancels_dropped;
+    return CancelOutcome::kDropped;
+  }
+  auto request = std::make_unique<CancelRequestConn>(context_.loop(), *fd, this, server->id(),
+                                                     server->link_generation());
+  if (!request->Register(/*connecting=*/true).ok()) {
+    ++counters.cancels_dropped;
+    return CancelOutcome::kDropped;
+  }
+  server->AddCancelInFlight();
+  PGFLEET_LOG(kInfo, "cancel_request", "client=", client->id(), " server=", server->id(),
+              " forwarded=", forwarded ? "true" : "false");
+  Track(std::move(request));
+  return CancelOutcome::kSent;
+}
+
+void CancelHandler::CancelAbandonedQuery(const ServerConn& server) {
+  auto fd = net::ConnectTo(server.pool()->db().host, server.pool()->db().port);
+  if (!fd.ok()) return;
+  auto request = std::make_unique<CancelRequestConn>(context_.loop(), *fd, this,
+                                                     server.backend_pid(), server.backend_secret());
+  if (!request->Register(/*connecting=*/true).ok()) return;
+  Track(std::move(request));
+}
+
+bool CancelHandler::AllowCancelFrom(std::string_view peer_address) {
+  const int limit = context_.config().pool.cancel_rate_limit;
+  WorkerCounters& counters = context_.counters();
+  limiter_.set_per_second(limit);
+  uint64_t refused = 0;
+  if (limiter_.Allow(SourceOf(peer_address), context_.loop().now(), &refused)) return true;
+  ++counters.cancels_rate_limited;
+  if (refused > 0) {
+    PGFLEET_LOG(kWarning, "cancel_rate_limited", "addr=", SourceOf(peer_address),
+                " limit_per_s=", limit, " refused=", refused,
+                " total=", counters.cancels_rate_limited);
+  }
+  return false;
+}
+
+void CancelHandler::Track(std::unique_ptr<CancelRequestConn> request) {
+  CancelRequestConn* raw = request.get();
+  requests_.emplace(raw, std::move(request));
+}
+
+void CancelHandler::Forget(CancelRequestConn* request) {
+  auto it = requests_.find(request);
+  if (it == requests_.end()) return;
+  context_.loop().DeferredDelete(std::move(it->second));
+  requests_.erase(it);
+}
+
+void CancelHandler::ExpireStale(absl::Time now) {
+  const absl::Duration timeout = context_.config().pool.cancel_wait_timeout;
+  std::vector<CancelRequestConn*> stale;
+  for (auto& [raw, request] : requests_) {
+    if (now - raw->started_at() > timeout) stale.push_back(raw);
+  }
+  for (CancelRequestConn* raw : stale) raw->Finish("timeout");
+}
+
+}  // namespace pgfleet::pool
