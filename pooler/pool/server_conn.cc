@@ -5,8 +5,6 @@
 
 #include <cstring>
 
-#include "pooler/auth/md5.h"
-#include "pooler/auth/secret.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/net/socket.h"
@@ -15,7 +13,6 @@
 #include "pooler/pool/pool.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/frame.h"
-#include "pooler/protocol/frontend.h"
 #include "pooler/protocol/reader.h"
 #include "pooler/protocol/sqlstate.h"
 #include "pooler/protocol/stream_decoder.h"
@@ -52,6 +49,7 @@ ServerConn::ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id)
       pool_(pool),
       id_(id),
       relay_(pool->relay_settings()),
+      login_(pool->credentials(), pool->context().random(), pool->context().tracked_params()),
       created_at_(loop.now()),
       last_used_at_(loop.now()) {}
 
@@ -247,192 +245,53 @@ void ServerConn::ContinueHandshake() {
 
 void ServerConn::SendStartup() {
   const auto& db = pool_->db();
-  std::vector<std::pair<std::string_view, std::string_view>> params = {
-      {"user", pool_->server_user()}, {"database", db.dbname}};
-  if (!db.application_name.empty()) params.emplace_back("application_name", db.application_name);
+  ServerLoginOptions options;
+  options.user = pool_->server_user();
+  options.database = db.dbname;
+  options.application_name = db.application_name;
+  options.tls = tls_established();
+  if (options.tls) options.server_end_point = [this] { return tls()->ServerEndPoint(); };
   protocol::StringSink sink;
-  protocol::BuildStartupMessage(sink, params);
+  login_.Start(std::move(options), sink);
   if (!SendSink(sink)) {
     Close("write failed during login");
   }
 }
 
-void ServerConn::HandleAuthRequest(std::span<const uint8_t> body) {
-  auto auth = protocol::ParseAuthentication(body);
-  if (!auth.ok()) {
-    Close("malformed authentication request");
-    return;
-  }
-  const auto& creds = pool_->credentials();
-  auto kind = auth::ClassifySecret(creds.secret);
-  protocol::StringSink sink;
-  switch (static_cast<protocol::AuthRequest>(auth->code)) {
-    case protocol::AuthRequest::kOk:
+void ServerConn::ApplyLoginVerdict(const LoginVerdict& verdict) {
+  using Outcome = LoginVerdict::Outcome;
+  switch (verdict.outcome) {
+    case Outcome::kContinue:
+      if (!verdict.to_server.bytes().empty() && !SendSink(verdict.to_server)) {
+        Close("write failed during login");
+      }
       return;
-    case protocol::AuthRequest::kCleartext:
-      if (kind != auth::SecretKind::kPlain) {
-        FailLogin("server asked for a cleartext password and none is configured");
-        return;
-      }
-      protocol::BuildPasswordMessage(sink, creds.secret);
-      break;
-    case protocol::AuthRequest::kMd5: {
-      std::string hash;
-      if (kind == auth::SecretKind::kPlain) {
-        hash = auth::Md5PasswordHash(pool_->server_user(), creds.secret);
-      } else if (kind == auth::SecretKind::kMd5) {
-        hash = creds.secret;
-      } else {
-        FailLogin("server asked for md5 and no plain or md5 password is known for the user");
-        return;
-      }
-      std::span<const uint8_t, 4> salt(auth->data.data(), 4);
-      protocol::BuildPasswordMessage(sink, auth::Md5SaltedResponse(hash, salt));
-      break;
-    }
-    case protocol::AuthRequest::kSasl: {
-      // Over TLS, bind the exchange to the server's certificate when the server offers it, as
-      // libpq's default channel_binding=prefer does.
-      std::optional<std::vector<uint8_t>> end_point;
-      if (tls_established() && protocol::SaslOffers(auth->data, auth::kScramSha256Plus)) {
-        end_point = tls()->ServerEndPoint();
-      }
-      if (!end_point.has_value() && !protocol::SaslOffers(auth->data, auth::kScramSha256)) {
-        FailLogin("server offers no supported SASL mechanism");
-        return;
-      }
-      auth::ScramClientBinding binding;
-      if (end_point.has_value()) {
-        binding.flag = auth::ScramClientBinding::Flag::kTlsServerEndPoint;
-        binding.data = *std::move(end_point);
-      } else if (tls_established() && !protocol::SaslOffers(auth->data, auth::kScramSha256Plus)) {
-        binding.flag = auth::ScramClientBinding::Flag::kSupportedNotUsed;
-      }
-      const std::string_view mechanism =
-          binding.flag == auth::ScramClientBinding::Flag::kTlsServerEndPoint
-              ? auth::kScramSha256Plus
-              : auth::kScramSha256;
-      if (kind == auth::SecretKind::kPlain) {
-        scram_.emplace(
-            auth::ScramClientExchange::WithPassword(creds.secret, pool_->context().random()));
-      } else if (kind == auth::SecretKind::kScramSha256 && creds.scram_client_key.has_value()) {
-        auto secret = auth::ParseScramSecret(creds.secret);
-        if (!secret.ok()) {
-          FailLogin("stored SCRAM secret is malformed");
-          return;
-        }
-        scram_.emplace(auth::ScramClientExchange::WithClientKey(*creds.scram_client_key, *secret,
-                                                                pool_->context().random()));
-      } else {
-        FailLogin("server asked for SCRAM and no usable password is known for the user");
-        return;
-      }
-      protocol::BuildSaslInitialResponse(sink, mechanism, scram_->ClientFirst(std::move(binding)));
-      break;
-    }
-    case protocol::AuthRequest::kSaslContinue: {
-      if (!scram_.has_value()) {
-        Close("unexpected SASL continue");
-        return;
-      }
-      auto final_msg = scram_->HandleServerFirst(
-          std::string_view(reinterpret_cast<const char*>(auth->data.data()), auth->data.size()));
-      if (!final_msg.ok()) {
-        FailLogin(base::StrCat("SCRAM: ", final_msg.status().message()));
-        return;
-      }
-      protocol::BuildSaslResponse(sink, *final_msg);
-      break;
-    }
-    case protocol::AuthRequest::kSaslFinal: {
-      if (!scram_.has_value() ||
-          !scram_
-               ->VerifyServerFinal(std::string_view(
-                   reinterpret_cast<const char*>(auth->data.data()), auth->data.size()))
-               .ok()) {
-        FailLogin("server's SCRAM signature did not verify");
-        return;
-      }
-      scram_.reset();
-      return;
-    }
-    default:
-      FailLogin(base::StrCat("unsupported server authentication method ", auth->code));
-      return;
-  }
-  if (!SendSink(sink)) Close("write failed during login");
-}
-
-void ServerConn::FailLogin(std::string_view message) {
-  PGFLEET_LOG(kWarning, "server_login_failed", "server=", id_,
-              " db=", base::LogQuote(pool_->db().name), " user=", base::LogQuote(pool_->user()),
-              " message=", base::LogQuote(message));
-  ++pool_->context().counters().server_login_failures;
-  protocol::StringSink sink;
-  protocol::BuildErrorResponse(sink, "FATAL", protocol::sqlstate::kInvalidAuthorization,
-                               base::StrCat("pgfleet cannot log in to the server: ", message));
-  const auto& bytes = sink.bytes();
-  pool_->OnServerLoginFailed(this, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
-                             /*fatal_for_clients=*/true);
-  Close("login failed");
-}
-
-void ServerConn::HandleLoginError(std::span<const uint8_t> body) {
-  auto fields = protocol::ParseErrorFields(body);
-  std::string code = fields.ok() ? std::string(fields->sqlstate) : "";
-  PGFLEET_LOG(kWarning, "server_login_failed", "server=", id_,
-              " db=", base::LogQuote(pool_->db().name), " user=", base::LogQuote(pool_->user()),
-              " sqlstate=", code,
-              " message=", base::LogQuote(fields.ok() ? fields->message : "malformed"));
-  ++pool_->context().counters().server_login_failures;
-  // Rebuild the whole message so it can go to clients as is.
-  std::vector<uint8_t> whole(body.size() + 5);
-  whole[0] = 'E';
-  protocol::StoreBigEndian32(whole.data() + 1, static_cast<uint32_t>(body.size() + 4));
-  std::memcpy(whole.data() + 5, body.data(), body.size());
-  // Auth and missing-database errors cannot get better by waiting; connection-limit errors can.
-  bool fatal_for_clients = code.rfind("28", 0) == 0 || code == "3D000";
-  pool_->OnServerLoginFailed(this, whole, fatal_for_clients);
-  Close("login failed");
-}
-
-void ServerConn::HandleLoginMessage(uint8_t type, std::span<const uint8_t> body) {
-  switch (type) {
-    case 'R':
-      HandleAuthRequest(body);
-      return;
-    case 'S': {
-      auto ps = protocol::ParseParameterStatus(body);
-      if (!ps.ok()) break;
-      login_params_.emplace_back(std::string(ps->name), std::string(ps->value));
-      int slot = pool_->context().tracked_params().Find(ps->name);
-      if (slot >= 0) relay_.mutable_params().Set(static_cast<size_t>(slot), ps->value);
-      return;
-    }
-    case 'K': {
-      auto key = protocol::ParseBackendKeyData(body);
-      if (!key.ok()) break;
-      backend_pid_ = key->pid;
-      backend_secret_.assign(key->secret.begin(), key->secret.end());
-      return;
-    }
-    case 'Z':
+    case Outcome::kReady:
       last_used_at_ = loop_.now();
+      relay_.mutable_params() = login_.params();
       PGFLEET_LOG(kDebug, "server_login", "server=", id_, " db=", base::LogQuote(pool_->db().name),
-                  " user=", base::LogQuote(pool_->user()), " backend_pid=", backend_pid_);
+                  " user=", base::LogQuote(pool_->user()), " backend_pid=", backend_pid());
       pool_->OnServerReady(this);
       return;
-    case 'E':
-      HandleLoginError(body);
-      return;
-    case 'N':
-    case 'v':  // NegotiateProtocolVersion: we asked for 3.0 only, nothing to adjust
-      return;
-    default:
+    case Outcome::kFailedByPgfleet:
+      PGFLEET_LOG(kWarning, "server_login_failed", "server=", id_,
+                  " db=", base::LogQuote(pool_->db().name), " user=", base::LogQuote(pool_->user()),
+                  " message=", base::LogQuote(verdict.message));
       break;
+    case Outcome::kFailedByServer:
+      PGFLEET_LOG(kWarning, "server_login_failed", "server=", id_,
+                  " db=", base::LogQuote(pool_->db().name), " user=", base::LogQuote(pool_->user()),
+                  " sqlstate=", verdict.sqlstate, " message=", base::LogQuote(verdict.message));
+      break;
+    case Outcome::kClose:
+      Close(verdict.message);
+      return;
   }
-  Close(base::StrCat("unexpected message '", std::string(1, static_cast<char>(type)),
-                     "' during login"));
+  ++pool_->context().counters().server_login_failures;
+  const auto& bytes = verdict.to_clients.bytes();
+  pool_->OnServerLoginFailed(this, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
+                             verdict.fatal_for_clients);
+  Close("login failed");
 }
 
 void ServerConn::OnAuthQueryMessage(uint8_t type, std::span<const uint8_t> body) {
@@ -494,7 +353,7 @@ void ServerConn::ProcessLogin() {
   // Anything after the login's ReadyForQuery stays unread: an idle server must send nothing.
   ReadWholeMessages([this] { return state_ == ServerState::kLogin; },
                     [this](const protocol::StreamDecoder::Piece& message) {
-                      HandleLoginMessage(message.header.type, message.body());
+                      ApplyLoginVerdict(login_.OnMessage(message.header.type, message.body()));
                     });
 }
 

@@ -1,21 +1,21 @@
 // One connection from pgfleet to PostgreSQL: connect, log in (md5/SCRAM), then relay responses to
-// whichever client is linked, tracking what the transaction-release rule needs.
+// whichever client is linked, tracking what the transaction-release rule needs. The decisions are
+// ServerLogin's and the Relay's; this class does their I/O, logs, counters and pool calls.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
-#include "pooler/auth/scram.h"
 #include "pooler/base/intrusive_list.h"
 #include "pooler/net/connection.h"
 #include "pooler/pool/connection_state.h"
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/relay.h"
+#include "pooler/pool/server_login.h"
 #include "pooler/protocol/backend.h"
 #include "pooler/protocol/byte_sink.h"
 
@@ -54,10 +54,10 @@ class ServerConn final : public net::Connection, public base::ListNode {
   const ParamSet& params() const { return relay_.params(); }
   // Every ParameterStatus the server sent at login, in order, for welcoming clients.
   const std::vector<std::pair<std::string, std::string>>& login_params() const {
-    return login_params_;
+    return login_.login_params();
   }
-  uint32_t backend_pid() const { return backend_pid_; }
-  const std::vector<uint8_t>& backend_secret() const { return backend_secret_; }
+  uint32_t backend_pid() const { return login_.backend_pid(); }
+  const std::vector<uint8_t>& backend_secret() const { return login_.backend_secret(); }
 
   absl::Time created_at() const { return created_at_; }
   absl::Time last_used_at() const { return last_used_at_; }
@@ -94,11 +94,12 @@ class ServerConn final : public net::Connection, public base::ListNode {
   void HandleSslAnswer(uint32_t events);
   void ContinueHandshake();
   void ProcessLogin();
-  void HandleLoginMessage(uint8_t type, std::span<const uint8_t> body);
-  void HandleAuthRequest(std::span<const uint8_t> body);
-  void HandleLoginError(std::span<const uint8_t> body);
-  // Login cannot succeed (no usable credentials): waiting clients get `message` as a FATAL.
-  void FailLogin(std::string_view message);
+  // Carries out what the login decided: sends, logs, counts, tells the pool, closes.
+  void ApplyLoginVerdict(const LoginVerdict& verdict);
+  // Login cannot succeed (TLS refused or failed): waiting clients get `message` as a FATAL.
+  void FailLogin(std::string_view message) {
+    ApplyLoginVerdict(ServerLogin::FailedByPgfleet(message));
+  }
   void SendStartup();
   // Hands each whole message in the input to `handle` while `more()` holds, then consumes what
   // it handled. False when the server was closed (a bad length, or by a handler).
@@ -122,10 +123,8 @@ class ServerConn final : public net::Connection, public base::ListNode {
   int cancels_in_flight_ = 0;
 
   Relay relay_;
-  std::vector<std::pair<std::string, std::string>> login_params_;
-  uint32_t backend_pid_ = 0;
-  std::vector<uint8_t> backend_secret_;
-  std::optional<auth::ScramClientExchange> scram_;
+  // Kept after login: SHOW SERVERS, metrics and cancel requests read what the server sent then.
+  ServerLogin login_;
   // auth_query in progress: who waits, and what the answer held so far.
   ClientConn* auth_query_client_ = nullptr;
   bool auth_query_running_ = false;

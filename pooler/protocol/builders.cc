@@ -147,6 +147,9 @@ void BuildParameterDescription(ByteSink& sink, std::span<const uint32_t> type_oi
   for (uint32_t oid : type_oids) message.Int32(oid);
   message.Finish(sink);
 }
+void BuildMessage(ByteSink& sink, char type, std::span<const uint8_t> body) {
+  Message(type).Raw(body).Finish(sink);
+}
 
 void BuildStartupMessage(ByteSink& sink,
                          std::span<const std::pair<std::string_view, std::string_view>> params) {

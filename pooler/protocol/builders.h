@@ -43,6 +43,9 @@ void BuildBindComplete(ByteSink& sink);
 void BuildCloseComplete(ByteSink& sink);
 void BuildNoData(ByteSink& sink);
 void BuildParameterDescription(ByteSink& sink, std::span<const uint32_t> type_oids);
+// A message of `type` whose body a server sent: passed on whole, e.g. a login ErrorResponse that
+// every waiting client gets.
+void BuildMessage(ByteSink& sink, char type, std::span<const uint8_t> body);
 
 // --- frontend messages (pgfleet -> server) ---
 void BuildStartupMessage(ByteSink& sink,

@@ -156,6 +156,13 @@ TEST(BuildersTest, ErrorResponseWithDetailAndHint) {
   EXPECT_EQ(fields->detail, "pool is full");
 }
 
+TEST(BuildersTest, MessageFromTypeAndBody) {
+  const std::string body = "SFATAL\0VFATAL\0C28P01\0Mpassword authentication failed\0\0"s;
+  const std::string bytes = Build([&](ByteSink& s) { BuildMessage(s, 'E', AsBytes(body)); });
+  EXPECT_EQ(bytes, Typed('E', body));
+  EXPECT_EQ(AsString(BodyOf(bytes)), body);
+}
+
 TEST(BuildersTest, NoticeResponse) {
   const std::string bytes =
       Build([](ByteSink& s) { BuildNoticeResponse(s, "WARNING", "01000", "careful"); });
