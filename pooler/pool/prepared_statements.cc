@@ -1,9 +1,34 @@
 // Prepared statement registry and per-server LRU.
 #include "pooler/pool/prepared_statements.h"
 
-#include "absl/strings/str_cat.h"
+#include <openssl/evp.h>
+
+#include <array>
+#include <utility>
+
+#include "pooler/base/check.h"
 
 namespace pgfleet::pool {
+
+std::string StatementServerName(std::string_view parse_tail) {
+  // The name stands for the content on every server, shared by all clients: if two tails could
+  // share a name, a client could craft a statement whose name is another client's and have that
+  // client's Bind run it (or run the other's under its own). 128 bits of SHA-256 make that
+  // infeasible: no way to find a second preimage or any collision is known, and a birthday search
+  // needs about 2^64 hashes. 8 + 32 characters also fit PostgreSQL's NAMEDATALEN (63).
+  std::array<unsigned char, 32> digest;
+  unsigned int len = 0;
+  PGFLEET_CHECK(EVP_Digest(parse_tail.data(), parse_tail.size(), digest.data(), &len, EVP_sha256(),
+                           nullptr) == 1 &&
+                len == digest.size());
+  constexpr char kHex[] = "0123456789abcdef";
+  std::string name = "pgfleet_";
+  for (size_t i = 0; i < 16; ++i) {
+    name.push_back(kHex[digest[i] >> 4]);
+    name.push_back(kHex[digest[i] & 0xf]);
+  }
+  return name;
+}
 
 StatementPtr StatementRegistry::Intern(std::string_view parse_tail) {
   std::string key(parse_tail);
@@ -12,50 +37,63 @@ StatementPtr StatementRegistry::Intern(std::string_view parse_tail) {
     if (auto existing = it->second.lock()) return existing;
   }
   auto statement = std::make_shared<PreparedStatement>();
-  statement->id = next_id_++;
-  statement->server_name = absl::StrCat("pgfleet_", statement->id);
+  statement->server_name = StatementServerName(key);
   statement->parse_tail = key;
   by_tail_[std::move(key)] = statement;
-  // Forget entries no client holds any more (amortised: only when the map doubled).
+  // Forget entries nobody holds any more (amortised: every 64 new entries past 64).
   if (by_tail_.size() > 64 && by_tail_.size() % 64 == 0) {
     absl::erase_if(by_tail_, [](const auto& kv) { return kv.second.expired(); });
   }
   return statement;
 }
 
-void ServerStatementCache::Touch(uint64_t id) {
-  auto it = index_.find(id);
+void ServerStatementCache::Touch(const PreparedStatement& statement) {
+  auto it = index_.find(statement.server_name);
   if (it == index_.end()) return;
   lru_.splice(lru_.end(), lru_, it->second);
 }
 
-std::optional<std::string> ServerStatementCache::Add(uint64_t id, const std::string& server_name,
-                                                     size_t capacity) {
-  if (Contains(id)) {
-    Touch(id);
-    return std::nullopt;
+std::vector<StatementPtr> ServerStatementCache::Add(StatementPtr statement, size_t capacity) {
+  std::vector<StatementPtr> evicted;
+  if (Contains(*statement)) {
+    Touch(*statement);
+    return evicted;
   }
-  lru_.push_back(Entry{id, server_name});
-  index_[id] = std::prev(lru_.end());
-  if (capacity > 0 && lru_.size() > capacity) {
-    Entry victim = lru_.front();
-    index_.erase(victim.id);
+  Adopt(std::move(statement));
+  // The newest entry is at the back, so with capacity >= 1 it is never its own victim.
+  while (capacity > 0 && lru_.size() > capacity) {
+    index_.erase(lru_.front()->server_name);
+    evicted.push_back(std::move(lru_.front()));
     lru_.pop_front();
-    return victim.server_name;
   }
-  return std::nullopt;
+  return evicted;
 }
 
-void ServerStatementCache::Remove(uint64_t id) {
-  auto it = index_.find(id);
+void ServerStatementCache::Adopt(StatementPtr statement) {
+  if (Contains(*statement)) {
+    Touch(*statement);
+    return;
+  }
+  lru_.push_back(std::move(statement));
+  index_[lru_.back()->server_name] = std::prev(lru_.end());
+}
+
+void ServerStatementCache::Remove(const PreparedStatement& statement) {
+  auto it = index_.find(statement.server_name);
   if (it == index_.end()) return;
-  lru_.erase(it->second);
+  // Erase the index first: its key views the entry's name.
+  auto entry = it->second;
   index_.erase(it);
+  lru_.erase(entry);
 }
 
 void ServerStatementCache::Clear() {
-  lru_.clear();
   index_.clear();
+  lru_.clear();
+}
+
+std::vector<StatementPtr> ServerStatementCache::InLruOrder() const {
+  return {lru_.begin(), lru_.end()};
 }
 
 }  // namespace pgfleet::pool

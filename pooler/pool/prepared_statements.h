@@ -1,24 +1,28 @@
 // Protocol-level named prepared statements under transaction pooling (PgBouncer 1.21's scheme,
 // docs/architecture.md, "Prepared statements"): each distinct (query, parameter types) becomes one
-// worker-wide statement with a server-side name "pgfleet_<id>"; clients keep their own names; each
-// server remembers which statements it has, in LRU order, bounded by max_prepared_statements.
+// worker-wide statement whose server-side name derives from its content, "pgfleet_" + a SHA-256
+// prefix, so every worker of every pod names a statement alike and a server connection can move
+// between workers with the names it has prepared; clients keep their own names; each server
+// remembers which statements it has, in LRU order, bounded by max_prepared_statements, and keeps
+// them interned while it has them.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <list>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 
 namespace pgfleet::pool {
 
 struct PreparedStatement {
-  uint64_t id = 0;
-  std::string server_name;  // "pgfleet_<id>"
+  // "pgfleet_" + 32 lowercase hex digits of SHA-256(parse_tail): the name identifies the content,
+  // so a server that has the name has this statement, whichever worker prepared it.
+  std::string server_name;
   // The Parse body after the statement name: query text, NUL, parameter count and type OIDs.
   // Re-Parse on another server sends server_name + this.
   std::string parse_tail;
@@ -32,7 +36,13 @@ struct PreparedCounters {
   uint64_t evictions = 0;   // Close sent to keep a server under max_prepared_statements
 };
 
-// Worker-wide interning of statements; entries live while some client holds them.
+// The server-side name of a statement with this Parse tail (see PreparedStatement::server_name).
+std::string StatementServerName(std::string_view parse_tail);
+
+// Worker-wide interning of statements; entries live while some client names them or some server
+// cache holds them (a server that has a statement keeps it interned, so a client preparing it again
+// gets the same object and the relay knows the server has it). A server moved in from another
+// worker records what it has by interning each Parse tail here and adopting the result.
 class StatementRegistry {
  public:
   // The statement for this Parse tail (query + types), created on first use.
@@ -41,7 +51,6 @@ class StatementRegistry {
   size_t size() const { return by_tail_.size(); }
 
  private:
-  uint64_t next_id_ = 1;
   absl::flat_hash_map<std::string, std::weak_ptr<const PreparedStatement>> by_tail_;
   PreparedCounters counters_;
 };
@@ -52,25 +61,34 @@ class StatementRegistry {
 // psycopg 3 drop protocol-level statements this way.
 std::optional<std::string> ParseDeallocate(std::string_view sql);
 
-// The statements one server connection has prepared, least recently used first.
+// The statements one server connection has prepared, least recently used first. Entries are
+// keyed by server name: that is what the server knows, and it identifies the content.
 class ServerStatementCache {
  public:
-  bool Contains(uint64_t id) const { return index_.contains(id); }
-  void Touch(uint64_t id);
-  // Records `id`; when that puts the cache over `capacity`, returns the server name of the least
-  // recently used other statement, which the caller must Close on the server.
-  std::optional<std::string> Add(uint64_t id, const std::string& server_name, size_t capacity);
-  void Remove(uint64_t id);
+  bool Contains(const PreparedStatement& statement) const {
+    return index_.contains(statement.server_name);
+  }
+  void Touch(const PreparedStatement& statement);
+  // Records `statement` as most recently used. When that puts the cache over `capacity` (0: no
+  // bound), returns the least recently used others until it is within it (one, unless Adopt or a
+  // lowered capacity left it over), which the caller must Close on the server. A statement the
+  // cache has is only touched.
+  std::vector<StatementPtr> Add(StatementPtr statement, size_t capacity);
+  // Records a statement the server already has (a server moved in from another worker), as most
+  // recently used; nothing is evicted here, so nothing needs a Close.
+  void Adopt(StatementPtr statement);
+  void Remove(const PreparedStatement& statement);
   void Clear();
   size_t size() const { return index_.size(); }
+  // What the server has, least recently used first: what a worker hands over with the server
+  // (Adopt in this order rebuilds the same LRU).
+  std::vector<StatementPtr> InLruOrder() const;
 
  private:
-  struct Entry {
-    uint64_t id;
-    std::string server_name;
-  };
-  std::list<Entry> lru_;  // front = least recently used
-  absl::flat_hash_map<uint64_t, std::list<Entry>::iterator> index_;
+  // Holding the statement keeps it interned while the server has it (see StatementRegistry).
+  std::list<StatementPtr> lru_;  // front = least recently used
+  // Keys view the entries' own server_name, which lives as long as the entry.
+  absl::flat_hash_map<std::string_view, std::list<StatementPtr>::iterator> index_;
 };
 
 // What the server owes for each extended-protocol message in flight, in order, so responses can
@@ -82,7 +100,7 @@ enum class PendingAction : uint8_t { kForward, kHide, kFakeParseComplete, kFakeC
 struct Pending {
   PendingKind kind;
   PendingAction action;
-  uint64_t statement_id = 0;  // for Parse: the statement the server registers
+  StatementPtr statement;  // for Parse: the statement the server registers
 };
 
 }  // namespace pgfleet::pool

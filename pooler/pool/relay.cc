@@ -2,6 +2,7 @@
 #include "pooler/pool/relay.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "pooler/base/strings.h"
 #include "pooler/protocol/backend.h"
@@ -180,9 +181,9 @@ bool Relay::OnPendingResponse(uint8_t type) {
     case '3':    // CloseComplete
     case 'n': {  // NoData (Describe)
       if (pending_.empty()) return true;
-      const Pending head = pending_.front();
+      const PendingAction action = pending_.front().action;
       pending_.pop_front();
-      return head.action != PendingAction::kHide;
+      return action != PendingAction::kHide;
     }
     case 'T':  // RowDescription: ends a Describe; inside a Query it belongs to the Query
       if (!pending_.empty() && pending_.front().kind == PendingKind::kDescribe) {
@@ -198,10 +199,10 @@ bool Relay::OnPendingResponse(uint8_t type) {
       // The failing message is the head (unless it is a simple Query, answered by its 'Z').
       // Errors always reach the client: a failed re-Parse reports for the message that needed it.
       if (!pending_.empty() && pending_.front().kind != PendingKind::kSync) {
-        const Pending head = pending_.front();
+        const Pending head = std::move(pending_.front());
         pending_.pop_front();
-        if (head.kind == PendingKind::kParse && head.statement_id != 0) {
-          statements_.Remove(head.statement_id);
+        if (head.kind == PendingKind::kParse && head.statement != nullptr) {
+          statements_.Remove(*head.statement);
         }
         pipeline_failed_ = true;
       }
@@ -210,10 +211,10 @@ bool Relay::OnPendingResponse(uint8_t type) {
       if (pipeline_failed_) {
         // Everything up to the Sync was skipped: statements it would have created do not exist.
         while (!pending_.empty() && pending_.front().kind != PendingKind::kSync) {
-          const Pending skipped = pending_.front();
+          const Pending skipped = std::move(pending_.front());
           pending_.pop_front();
-          if (skipped.kind == PendingKind::kParse && skipped.statement_id != 0) {
-            statements_.Remove(skipped.statement_id);
+          if (skipped.kind == PendingKind::kParse && skipped.statement != nullptr) {
+            statements_.Remove(*skipped.statement);
           }
         }
         pipeline_failed_ = false;

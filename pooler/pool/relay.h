@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
@@ -134,6 +135,7 @@ class Relay {
   const ParamSet& params() const { return params_; }
   ParamSet& mutable_params() { return params_; }
   ServerStatementCache& statements() { return statements_; }
+  const ServerStatementCache& statements() const { return statements_; }
 
   // Stand-in answers due now that nothing the server owes comes before them; false when none.
   bool TakeReadyAnswers(protocol::ByteSink& to_client);
@@ -147,8 +149,8 @@ class Relay {
 
  private:
   // What the server owes for each extended-protocol message in flight (see Pending).
-  void PushPending(PendingKind kind, PendingAction action, uint64_t statement_id = 0) {
-    pending_.push_back({kind, action, statement_id});
+  void PushPending(PendingKind kind, PendingAction action, StatementPtr statement = nullptr) {
+    pending_.push_back({kind, action, std::move(statement)});
   }
   // Returns false when the backend message must not reach the client.
   bool OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayObserver& observer);

@@ -12,21 +12,21 @@ namespace pgfleet::pool {
 
 void Relay::AppendParse(const StatementPtr& statement, PendingAction action) {
   auto& counters = settings_.statements->counters();
-  if (auto evicted = statements_.Add(statement->id, statement->server_name,
-                                     settings_.max_prepared_statements)) {
-    protocol::BuildClose(scratch_, 'S', *evicted);
+  for (const StatementPtr& evicted :
+       statements_.Add(statement, settings_.max_prepared_statements)) {
+    protocol::BuildClose(scratch_, 'S', evicted->server_name);
     PushPending(PendingKind::kClose, PendingAction::kHide);
     ++counters.evictions;
   }
   const auto& tail = statement->parse_tail;
   protocol::BuildParseWithTail(scratch_, statement->server_name,
                                {reinterpret_cast<const uint8_t*>(tail.data()), tail.size()});
-  PushPending(PendingKind::kParse, action, statement->id);
+  PushPending(PendingKind::kParse, action, statement);
 }
 
 void Relay::EnsureOnServer(const StatementPtr& statement) {
-  if (statements_.Contains(statement->id)) {
-    statements_.Touch(statement->id);
+  if (statements_.Contains(*statement)) {
+    statements_.Touch(*statement);
     return;
   }
   ++settings_.statements->counters().reprepares;
@@ -72,14 +72,16 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
           std::string_view(reinterpret_cast<const char*>(tail.data()), tail.size()));
       ++registry.counters().prepared;
       auto [it, inserted] = names.try_emplace(std::string(name), statement);
-      if (!inserted && it->second->id != statement->id) {
+      // Re-preparing a name is refused only for other content; the name says what the content is.
+      if (!inserted && it->second->server_name != statement->server_name) {
         return reject(protocol::sqlstate::kDuplicatePreparedStatement,
                       base::StrCat("prepared statement \"", name, "\" already exists"), false);
       }
       *skip = piece.header.total_size();
-      if (statements_.Contains(statement->id)) {
-        // The server has it already: answer ParseComplete ourselves, in order.
-        statements_.Touch(statement->id);
+      if (statements_.Contains(*statement)) {
+        // The server has it already (perhaps from a client long gone, or from before the server
+        // moved here): answer ParseComplete ourselves, in order.
+        statements_.Touch(*statement);
         ++registry.counters().hits;
         PushPending(PendingKind::kParse, PendingAction::kFakeParseComplete);
       } else {

@@ -35,6 +35,11 @@ std::string Query(std::string_view sql) {
 std::string Parse(std::string_view name, std::string_view sql) {
   return Build([&](StringSink& s) { protocol::BuildParse(s, name, sql, {}); });
 }
+// The server-side name pgfleet gives a statement Parse(name, sql) makes: it derives from the Parse
+// tail (query, NUL, no parameter types).
+std::string Renamed(std::string_view sql) {
+  return StatementServerName(std::string(sql) + std::string(1, '\0') + I16(0));
+}
 std::string Bind(std::string_view statement, std::string_view portal = "") {
   return Build([&](StringSink& s) { protocol::BuildBindText(s, portal, statement, {}); });
 }
@@ -341,14 +346,15 @@ TEST(RelayTest, PreparedStatementsAreRenamedAndReParsedWhereMissing) {
   Link link(/*track_prepared=*/true);
   const std::string sent = link.FromClient(Parse("mine", "select 1") + Sync());
   ASSERT_EQ(link.registry().size(), 1u);
-  EXPECT_EQ(sent, Parse("pgfleet_1", "select 1") + Sync());
+  EXPECT_EQ(sent, Parse(Renamed("select 1"), "select 1") + Sync());
   link.FromServer(ParseComplete() + Ready('I'));
   EXPECT_EQ(link.TakeClientAnswers(), ParseComplete() + Ready('I'));
 
   // The same client on a server that lacks the statement: pgfleet parses it first, hidden.
   Link other(/*track_prepared=*/true, &link.client());
   const std::string to_new = other.FromClient(Bind("mine") + Execute() + Sync());
-  EXPECT_EQ(to_new, Parse("pgfleet_1", "select 1") + Bind("pgfleet_1") + Execute() + Sync());
+  EXPECT_EQ(to_new, Parse(Renamed("select 1"), "select 1") + Bind(Renamed("select 1")) + Execute() +
+                        Sync());
   EXPECT_EQ(other.FromServer(ParseComplete() + BindComplete() + Row("1") + Complete("SELECT 1") +
                              Ready('I')),
             BindComplete() + Row("1") + Complete("SELECT 1") + Ready('I'))
@@ -381,11 +387,64 @@ TEST(RelayTest, EvictionClosesTheLeastRecentlyUsedStatementHidden) {
   link.FromClient(Parse("a", "select 1") + Parse("b", "select 2") + Sync());
   link.FromServer(ParseComplete() + ParseComplete() + Ready('I'));
   const std::string sent = link.FromClient(Parse("c", "select 3") + Sync());
-  EXPECT_EQ(sent, Close('S', "pgfleet_1") + Parse("pgfleet_3", "select 3") + Sync());
+  EXPECT_EQ(sent,
+            Close('S', Renamed("select 1")) + Parse(Renamed("select 3"), "select 3") + Sync());
   link.TakeClientAnswers();
   EXPECT_EQ(link.FromServer(CloseComplete() + ParseComplete() + Ready('I')),
             ParseComplete() + Ready('I'));
   EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+TEST(RelayTest, EvictionFollowsUseNotPreparationOrder) {
+  Link link(/*track_prepared=*/true);  // max_prepared_statements = 2
+  link.FromClient(Parse("a", "select 1") + Parse("b", "select 2") + Sync());
+  link.FromServer(ParseComplete() + ParseComplete() + Ready('I'));
+  // Using "a" makes "b" the least recently used.
+  link.FromClient(Bind("a") + Execute() + Sync());
+  link.FromServer(BindComplete() + Complete("SELECT 1") + Ready('I'));
+  EXPECT_EQ(link.FromClient(Parse("c", "select 3") + Sync()),
+            Close('S', Renamed("select 2")) + Parse(Renamed("select 3"), "select 3") + Sync());
+}
+
+TEST(RelayTest, StatementEveryClientDroppedIsNotReParsedWhileTheServerHasIt) {
+  Link link(/*track_prepared=*/true);
+  link.FromClient(Parse("a", "select 1") + Sync());
+  link.FromServer(ParseComplete() + Ready('I'));
+  EXPECT_EQ(link.FromClient(Close('S', "a") + Sync()), Sync());
+  link.FromServer(Ready('I'));
+  link.TakeClientAnswers();
+  EXPECT_TRUE(link.client().statements.empty());
+  link.relay().Unlink();
+
+  // Another client prepares the same statement on the same server. The server still has the name
+  // (no Close was sent), so a Parse of it would fail with 42P05; pgfleet answers it instead.
+  ClientStream other(1u << 30, 1);
+  link.relay().Link(&other);
+  EXPECT_EQ(link.FromClient(Parse("mine", "select 1") + Bind("mine") + Execute() + Sync()),
+            Bind(Renamed("select 1")) + Execute() + Sync());
+  EXPECT_EQ(link.TakeClientAnswers(), ParseComplete());
+  const std::string answer = BindComplete() + Row("1") + Complete("SELECT 1") + Ready('I');
+  EXPECT_EQ(link.FromServer(answer), answer);
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+TEST(RelayTest, ServerMovedFromAnotherWorkerKeepsItsStatements) {
+  Link from(/*track_prepared=*/true);
+  from.FromClient(Parse("a", "select 1") + Parse("b", "select 2") + Sync());
+  from.FromServer(ParseComplete() + ParseComplete() + Ready('I'));
+
+  // The receiving worker has its own registry: it interns what the server has and adopts it.
+  Link to(/*track_prepared=*/true);
+  for (const StatementPtr& statement : from.relay().statements().InLruOrder()) {
+    to.relay().statements().Adopt(to.registry().Intern(statement->parse_tail));
+  }
+  EXPECT_EQ(to.FromClient(Parse("x", "select 2") + Bind("x") + Execute() + Sync()),
+            Bind(Renamed("select 2")) + Execute() + Sync());
+  EXPECT_EQ(to.TakeClientAnswers(), ParseComplete());
+  to.FromServer(BindComplete() + Complete("SELECT 1") + Ready('I'));
+  // The adopted LRU order holds: "select 1" is the oldest and goes first.
+  EXPECT_EQ(to.FromClient(Parse("y", "select 3") + Sync()),
+            Close('S', Renamed("select 1")) + Parse(Renamed("select 3"), "select 3") + Sync());
 }
 
 TEST(RelayTest, UnknownOrConflictingStatementNamesAreRejected) {
