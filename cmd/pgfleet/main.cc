@@ -30,6 +30,7 @@ ABSL_FLAG(uint32_t, peer_id, 1, "internal: this worker's fleet-wide peer id");
 ABSL_FLAG(std::string, runtime_dir, "", "internal: directory of the workers' peering sockets");
 ABSL_FLAG(std::vector<std::string>, listen_fds, {}, "internal: inherited listening sockets");
 ABSL_FLAG(int, client_budget_fd, -1, "internal: shared max_client_conn region");
+ABSL_FLAG(int, pod_servers_fd, -1, "internal: shared region of the pod's server counts");
 ABSL_FLAG(int, ready_fd, -1, "internal: pipe to report readiness on");
 ABSL_FLAG(int, metrics_fd, -1, "internal: shared metrics snapshot region");
 ABSL_FLAG(uint32_t, metrics_slot, 0, "internal: this worker's slot in the metrics region");
@@ -156,6 +157,7 @@ int main(int argc, char** argv) {
   options.peer_id = absl::GetFlag(FLAGS_peer_id);
   options.runtime_dir = absl::GetFlag(FLAGS_runtime_dir);
   options.client_budget_fd = absl::GetFlag(FLAGS_client_budget_fd);
+  options.pod_servers_fd = absl::GetFlag(FLAGS_pod_servers_fd);
   options.ready_fd = absl::GetFlag(FLAGS_ready_fd);
   options.metrics_fd = absl::GetFlag(FLAGS_metrics_fd);
   options.metrics_slot = absl::GetFlag(FLAGS_metrics_slot);

@@ -246,6 +246,9 @@ static const WorkerCounter kWorkerCounters[] = {
     {names::kCancelRateLimited,
      "CancelRequests ignored because their source address exceeded pool.cancel_rate_limit.",
      [](const peering::v1::WorkerStats& s) { return s.cancels_rate_limited(); }},
+    {names::kServerHandoffs,
+     "Idle server connections handed to a sibling worker of the pod whose clients waited.",
+     [](const peering::v1::WorkerStats& s) { return s.servers_handed_over(); }},
 };
 for (const auto& c : kWorkerCounters) {
   auto f = Family(c.name, c.help, MetricType::Counter);

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "pooler/base/log.h"
+#include "pooler/config/worker_share.h"
 #include "pooler/pool/client_conn.h"
 #include "pooler/pool/pool.h"
 #include "pooler/pool/server_conn.h"
@@ -111,10 +112,12 @@ void FillHistogram(const pool::DurationHistogram& h, peering::v1::DurationHistog
 
 }  // namespace
 
-WorkerStatsSource::WorkerStatsSource(pool::PoolRegistry& registry, uint32_t peer_id, int slot)
+WorkerStatsSource::WorkerStatsSource(pool::PoolRegistry& registry, uint32_t peer_id, int slot,
+                                     int worker_count)
     : registry_(registry),
       peer_id_(peer_id),
       slot_(slot),
+      worker_count_(worker_count),
       started_at_(absl::Now()),
       config_loaded_at_(absl::Now()),
       period_started_(registry.loop().now()) {}
@@ -187,6 +190,8 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
   out->set_clients_rejected_tls_required(counters.clients_rejected_tls_required);
   out->set_tls_handshake_failures(counters.tls_handshake_failures);
   out->set_cancels_rate_limited(counters.cancels_rate_limited);
+  out->set_servers_handed_over(counters.servers_handed_over);
+  out->set_servers_adopted(counters.servers_adopted);
   out->set_rss_bytes(ResidentBytes());
   for (size_t i = 0; i < counters.errors_by_class.size(); ++i) {
     if (counters.errors_by_class[i] == 0) continue;
@@ -200,12 +205,16 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
   out->set_prepared_statements_reprepares(prepared.reprepares);
   out->set_prepared_statements_evictions(prepared.evictions);
 
-  std::map<std::string, int64_t> shares;  // database -> this worker's share
+  // database -> this worker's share: the pod's max_db_connections holds for all its workers
+  // together, so the shares reported add up to it.
+  std::map<std::string, int64_t> shares;
   for (const auto& [name, db] : registry_.config().databases) {
-    if (name != "*") shares[name] = db.max_db_connections;
+    if (name != "*")
+      shares[name] = config::StrictShare(db.max_db_connections, slot_, worker_count_);
   }
   for (const auto& [key, pool] : registry_.pools()) {
-    shares.try_emplace(key.first, pool->db().max_db_connections);
+    shares.try_emplace(key.first,
+                       config::StrictShare(pool->db().max_db_connections, slot_, worker_count_));
     auto* p = out->add_pools();
     p->set_database(key.first);
     p->set_user(key.second);

@@ -23,7 +23,8 @@ inline constexpr absl::Duration kStatsPeriod = absl::Seconds(60);
 
 class WorkerStatsSource {
  public:
-  WorkerStatsSource(pool::PoolRegistry& registry, uint32_t peer_id, int slot);
+  // `slot` of `worker_count`: the pod's budgets are reported split evenly among the workers.
+  WorkerStatsSource(pool::PoolRegistry& registry, uint32_t peer_id, int slot, int worker_count);
   ~WorkerStatsSource();
 
   // The fleet-wide config (before the per-worker split), after each (re)load.
@@ -44,6 +45,7 @@ class WorkerStatsSource {
   pool::PoolRegistry& registry_;
   uint32_t peer_id_;
   int slot_;
+  int worker_count_;
   bool ready_ = false;
   absl::Time started_at_;  // unix
   absl::Time config_loaded_at_;

@@ -46,6 +46,7 @@ void Pool::ApplyConfig(const config::DatabaseConfig& db) {
   bool target_changed = db.host != db_.host || db.port != db_.port || db.dbname != db_.dbname ||
                         db.user != db_.user || db.password != db_.password;
   db_ = db;
+  pod_keys_known_ = false;  // a forced server user may have changed
   mode_ = context_.config().EffectivePoolMode(db_, user_);
   UpdateRelaySettings();
   if (target_changed) {
@@ -62,13 +63,17 @@ absl::Duration Pool::max_wait(absl::Time now) const {
 
 void Pool::AddClient(ClientConn* client) {
   if (welcome_known_) {
-    clients_.Move(client, ClientState::kIdle);
+    MoveClient(client, ClientState::kIdle);
     client->SendWelcome(welcome_params_, server_defaults_);
     if (!client->closed()) client->OnServerReleased();
     return;
   }
-  clients_.Move(client, ClientState::kWelcome);
-  if (login_server_count() == 0 && servers_[ServerState::kIdle].empty()) LaunchServer(false);
+  MoveClient(client, ClientState::kWelcome);
+  if (login_server_count() == 0 && servers_[ServerState::kIdle].empty() &&
+      !LaunchServer(ServerBudget::Purpose::kPoolSize)) {
+    // The pod is full: a sibling's server brings the parameters to welcome with.
+    AskSiblingForServer();
+  }
 }
 
 void Pool::RequestServer(ClientConn* client) {
@@ -80,14 +85,14 @@ void Pool::RequestServer(ClientConn* client) {
       return;
     }
   }
-  clients_.Move(client, ClientState::kWaiting);
+  MoveClient(client, ClientState::kWaiting);
   ServeWaiting();
 }
 
 void Pool::Link(ClientConn* client, ServerConn* server) {
   const absl::Time now = context_.loop().now();
-  servers_.Move(server, ServerState::kActive);
-  clients_.Move(client, ClientState::kActive);
+  MoveServer(server, ServerState::kActive);
+  MoveClient(client, ClientState::kActive);
   server->Attach(client);
   client->Attach(server);
   // Backpressure belongs to a link: a server paused for its previous client reads again.
@@ -117,7 +122,7 @@ ServerConn* Pool::TakeIdleServer(absl::Time now) {
         now - server->last_used_at() > pool_config.server_check_delay &&
         pool_config.server_check_query != "-") {
       // Long idle: prove the connection still works before a client depends on it.
-      servers_.Move(server, ServerState::kTesting);
+      MoveServer(server, ServerState::kTesting);
       server->touch(now);
       if (!server->SendHiddenQuery(pool_config.server_check_query)) {
         server->Close("server check failed");
@@ -136,7 +141,7 @@ void Pool::ServeWaiting() {
     if (server == nullptr) break;
     ClientConn* client = auth_query_waiters_.front();
     auth_query_waiters_.erase(auth_query_waiters_.begin());
-    servers_.Move(server, ServerState::kTesting);
+    MoveServer(server, ServerState::kTesting);
     client->set_auth_query_server(server);
     if (!server->StartAuthQuery(client, context_.config().auth.query, client->user())) {
       server->Close("write failed");
@@ -153,8 +158,13 @@ void Pool::ServeWaiting() {
                    : welcome_client_count() > 0 ? 1
                                                 : 0);
   while (demand > login_server_count() + testing_server_count()) {
-    if (!LaunchServer(false)) break;
+    if (!LaunchServer(ServerBudget::Purpose::kPoolSize)) {
+      // The pod is full for this pool: a sibling's idle server serves instead.
+      AskSiblingForServer();
+      break;
+    }
   }
+  OfferIdleServerToSibling();
 }
 
 void Pool::ScheduleServeWaiting() {
@@ -166,47 +176,89 @@ void Pool::ScheduleServeWaiting() {
   });
 }
 
-bool Pool::CanLaunch(bool use_reserve) const {
-  if (paused_) return false;
-  if (context_.loop().now() < next_connect_allowed_) return false;
-  int limit = pool_size() + (use_reserve ? context_.config().EffectiveReservePoolSize(db_) : 0);
-  if (static_cast<int>(server_count()) >= limit) return false;
-  return true;
-}
+bool Pool::CanLaunch() const { return !paused_ && context_.loop().now() >= next_connect_allowed_; }
 
-bool Pool::LaunchServer(bool use_reserve) {
-  if (!CanLaunch(use_reserve)) return false;
-  if (!registry_->budget().MayOpen(this)) return false;
+bool Pool::LaunchServer(ServerBudget::Purpose purpose) {
+  if (!CanLaunch()) return false;
+  ServerBudget& budget = registry_->budget();
+  std::optional<ServerRoom> room = budget.TryOpen(this, purpose);
+  if (!room.has_value()) return false;
   ServerConn* server = registry_->OpenServer(this);
   if (server == nullptr) {
+    budget.Closed(*room);
     ++consecutive_connect_failures_;
     next_connect_allowed_ = context_.loop().now() + absl::Milliseconds(200);
     return false;
   }
-  if (use_reserve) ++reserve_in_use_;
-  registry_->budget().Count(this, +1);
+  server->set_room(*std::move(room));
   servers_.Add(server);  // kConnecting
   return true;
 }
 
-void Pool::OnServerConnected(ServerConn* server) { servers_.Move(server, ServerState::kLogin); }
+void Pool::MoveServer(ServerConn* server, ServerState to, bool front) {
+  const bool was_idle = server->state() == ServerState::kIdle;
+  servers_.Move(server, to, front);
+  if (was_idle != (to == ServerState::kIdle)) PublishPodCounts();
+}
+
+void Pool::MoveClient(ClientConn* client, ClientState to) {
+  const bool was_waiting = client->state() == ClientState::kWaiting;
+  clients_.Move(client, to);
+  if (was_waiting != (to == ClientState::kWaiting)) PublishPodCounts();
+}
+
+const std::optional<PodKeys>& Pool::PodKeysOf() {
+  if (!pod_keys_known_) {
+    pod_keys_ = registry_->budget().KeysOf(this);
+    pod_keys_known_ = true;
+  }
+  return pod_keys_;
+}
+
+int Pool::PodServers() {
+  const auto& keys = PodKeysOf();
+  return keys.has_value() ? registry_->budget().pod().Total(keys->pool) : 0;
+}
+
+void Pool::PublishPodCounts() {
+  const auto keys = PodKeysOf();
+  if (!keys.has_value()) return;
+  budget::PodServerCounts& pod = registry_->budget().pod();
+  // Siblings only need to know whether this worker has an idle server: publishing 0 or 1 keeps
+  // the shared cache line quiet while a busy worker's idle count moves between 1 and many.
+  const int idle = idle_server_count() > 0 ? 1 : 0;
+  const int waiting = static_cast<int>(waiting_count());
+  if (idle != published_idle_) pod.AddIdle(keys->pool, idle - published_idle_);
+  if (waiting != published_waiting_) pod.AddWaiting(keys->pool, waiting - published_waiting_);
+  published_idle_ = idle;
+  published_waiting_ = waiting;
+}
+
+void Pool::OnServerConnected(ServerConn* server) { MoveServer(server, ServerState::kLogin); }
 
 void Pool::OnServerReady(ServerConn* server) {
   // Idle from here on: closing it now (RECONNECT, a lowered budget) is not a failed login.
-  servers_.Move(server, ServerState::kIdle, /*front=*/true);
+  MoveServer(server, ServerState::kIdle, /*front=*/true);
   consecutive_connect_failures_ = 0;
   next_connect_allowed_ = absl::InfinitePast();
-  if (!welcome_known_) {
-    welcome_known_ = true;
-    welcome_params_ = server->login_params();
-    server_defaults_ = server->params();
-    while (ClientConn* client = clients_[ClientState::kWelcome].front()) {
-      clients_.Move(client, ClientState::kIdle);
-      client->SendWelcome(welcome_params_, server_defaults_);
-    }
-  }
+  LearnWelcome(server);
   MakeIdle(server);
-  // Clients welcomed above may have pipelined their first query already.
+  ServeWelcomedClients();
+}
+
+void Pool::LearnWelcome(const ServerConn* server) {
+  if (welcome_known_) return;
+  welcome_known_ = true;
+  welcome_params_ = server->login_params();
+  server_defaults_ = server->params();
+  while (ClientConn* client = clients_[ClientState::kWelcome].front()) {
+    MoveClient(client, ClientState::kIdle);
+    client->SendWelcome(welcome_params_, server_defaults_);
+  }
+}
+
+void Pool::ServeWelcomedClients() {
+  // Clients just welcomed may have pipelined their first query already.
   std::vector<ClientConn*> pending;
   for (ClientConn* c : clients_.In({ClientState::kIdle})) {
     if (!c->in().empty()) pending.push_back(c);
@@ -244,7 +296,7 @@ void Pool::MakeIdle(ServerConn* server) {
     return;
   }
   if (server->state() != ServerState::kIdle) {
-    servers_.Move(server, ServerState::kIdle, /*front=*/true);
+    MoveServer(server, ServerState::kIdle, /*front=*/true);
   }
   ServeWaiting();
 }
@@ -258,19 +310,21 @@ void Pool::ReleaseServer(ServerConn* server) {
         static_cast<uint64_t>(absl::ToInt64Microseconds(now - server->linked_at())));
     server->Detach();
     client->Detach();
-    clients_.Move(client, ClientState::kIdle);
+    MoveClient(client, ClientState::kIdle);
   }
   server->touch(now);
   server->SetReadEnabled(true);
   if (server->cancels_in_flight() > 0) {
     // A cancel may still land; keep the server out of use until it has (docs/architecture.md,
     // "Cancel keys").
-    servers_.Move(server, ServerState::kCanceling);
-  } else if (static_cast<int>(server_count()) > pool_size() + reserve_in_use_ ||
-             server->close_on_release()) {
+    MoveServer(server, ServerState::kCanceling);
+  } else if (server->close_on_release() ||
+             PodServers() > pool_size() + context_.config().EffectiveReservePoolSize(db_)) {
+    // Over the pod's size (a reload made the pool smaller).
     server->Close("pool over size");
   } else {
-    servers_.Move(server, ServerState::kIdle, /*front=*/true);
+    MoveServer(server, ServerState::kIdle, /*front=*/true);
+    YieldToSibling(server);
   }
   // Waiting clients get servers after the batch, as PgBouncer's per-loop activation does: the
   // answers this batch relays reach their clients back to back (one wakeup of a client process
@@ -288,13 +342,13 @@ void Pool::RemoveClient(ClientConn* client) {
         server->IsReleasable() && server->in().empty() && !server->has_pending_output();
     server->Detach();
     client->Detach();
-    clients_.Move(client, ClientState::kClosed);
+    MoveClient(client, ClientState::kClosed);
     const auto& pool_config = context_.config().pool;
     if (!clean) {
       server->Close("client disconnected while server was not ready");
     } else if ((mode_ == config::PoolMode::kSession || pool_config.server_reset_query_always) &&
                !pool_config.server_reset_query.empty()) {
-      servers_.Move(server, ServerState::kTesting);
+      MoveServer(server, ServerState::kTesting);
       if (!server->SendHiddenQuery(pool_config.server_reset_query)) {
         server->Close("server reset failed");
       }
@@ -303,7 +357,7 @@ void Pool::RemoveClient(ClientConn* client) {
     }
     return;
   }
-  clients_.Move(client, ClientState::kClosed);
+  MoveClient(client, ClientState::kClosed);
 }
 
 void Pool::RemoveServer(ServerConn* server) {
@@ -312,13 +366,10 @@ void Pool::RemoveServer(ServerConn* server) {
   if (client != nullptr) {
     server->Detach();
     client->Detach();
-    clients_.Move(client, ClientState::kIdle);
+    MoveClient(client, ClientState::kIdle);
   }
-  servers_.Move(server, ServerState::kClosed);
-  registry_->budget().Count(this, -1);
-  if (reserve_in_use_ > 0 && static_cast<int>(server_count()) < pool_size() + reserve_in_use_) {
-    --reserve_in_use_;
-  }
+  MoveServer(server, ServerState::kClosed);
+  registry_->budget().Closed(server->room());
   registry_->DeleteServer(server);
   if (old_state == ServerState::kConnecting || old_state == ServerState::kLogin) {
     if (next_connect_allowed_ <= context_.loop().now()) {
@@ -436,8 +487,9 @@ void Pool::Maintain(absl::Time now) {
     if (now - s->created_at() > pc.server_connect_timeout)
       to_close.emplace_back(s, "connect timeout");
   }
-  size_t count = server_count();
-  const size_t min_size = static_cast<size_t>(context_.config().EffectiveMinPoolSize(db_));
+  // min_pool_size is the pod's: idle servers close while the pod keeps more than that.
+  int count = PodServers();
+  const int min_size = context_.config().EffectiveMinPoolSize(db_);
   for (auto* s = servers_[ServerState::kIdle].back(); s != nullptr;
        s = static_cast<ServerConn*>(s->prev)) {
     if (pc.server_lifetime > absl::ZeroDuration() && now - s->created_at() > pc.server_lifetime) {
@@ -453,10 +505,11 @@ void Pool::Maintain(absl::Time now) {
   if (!clients_[ClientState::kWaiting].empty() &&
       context_.config().EffectiveReservePoolSize(db_) > 0 &&
       max_wait(now) > pc.reserve_pool_timeout) {
-    LaunchServer(true);
+    LaunchServer(ServerBudget::Purpose::kReserve);
   }
-  while (static_cast<int>(server_count()) < context_.config().EffectiveMinPoolSize(db_)) {
-    if (!LaunchServer(false)) break;
+  // Ahead of demand up to the pod's min_pool_size; the pod's count decides, so the workers
+  // together open exactly that many.
+  while (LaunchServer(ServerBudget::Purpose::kMinPoolSize)) {
   }
   ServeWaiting();
 }

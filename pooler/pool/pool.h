@@ -16,6 +16,7 @@
 #include "pooler/config/config.h"
 #include "pooler/pool/client_conn.h"
 #include "pooler/pool/relay.h"
+#include "pooler/pool/server_budget.h"
 #include "pooler/pool/server_conn.h"
 #include "pooler/pool/stats.h"
 #include "pooler/pool/worker_context.h"
@@ -113,6 +114,17 @@ class Pool {
   // An idle server of this pool to give up so another pool of the same database may open one.
   bool EvictOneIdleServer();
 
+  // --- one pool per pod (pool_handoff.cc) ---
+  // A sibling worker has a client waiting and the pod is full: hand it an idle server (or, for one
+  // that cannot move, close it and tell the sibling the room is free).
+  void GiveIdleServer(uint32_t to);
+  // A sibling handed a server over (`fd` is ours now): it serves this worker's waiting clients.
+  void AdoptServer(int fd, const ServerHandoff& moved);
+  // A sibling freed room in the pod for this pool.
+  void OnRoomFreed() { ServeWaiting(); }
+  // A server went to a sibling: off the lists and deleted; its room moved with it.
+  void ForgetHandedOver(ServerConn* server);
+
   // --- admin console (pool_admin.cc) ---
   // PAUSE/KILL: while paused no client is given a server and no server is opened; clients queue
   // (query_wait_timeout still applies) and linked transactions finish. Resuming serves the queue.
@@ -134,10 +146,34 @@ class Pool {
   // ServeWaiting once the current event batch is done (see ReleaseServer).
   void ScheduleServeWaiting();
   // Opens a server if limits allow; `extra` allows the reserve pool.
-  bool LaunchServer(bool use_reserve);
-  bool CanLaunch(bool use_reserve) const;
+  // Opens a server if the pod has room for `purpose` (server_budget.h).
+  bool LaunchServer(ServerBudget::Purpose purpose);
+  // Not paused and not backing off after failed connects.
+  bool CanLaunch() const;
+  // Every state change goes through these (the lists' transition function), so the pod sees this
+  // worker's idle servers and waiting clients of the pool.
+  void MoveServer(ServerConn* server, ServerState to, bool front = false);
+  void MoveClient(ClientConn* client, ClientState to);
+  void PublishPodCounts();
+  // This pool's keys in the pod's counts, looked up once (again after a reload); nullopt when
+  // the pod's table is full.
+  const std::optional<PodKeys>& PodKeysOf();
+  // Servers of this pool open in the whole pod.
+  int PodServers();
   ServerConn* TakeIdleServer(absl::Time now);
   void FailWelcomeClients(std::span<const uint8_t> error);
+  // The first logged-in server (or one handed over) tells what new clients are welcomed with.
+  void LearnWelcome(const ServerConn* server);
+  void ServeWelcomedClients();
+  // Waiting clients and no room in the pod: ask a sibling with an idle server for it.
+  void AskSiblingForServer();
+  // Nobody waits here: an idle server goes to a sibling whose clients wait for one.
+  void OfferIdleServerToSibling();
+  // A released server while siblings' clients wait too: true when it went to one of them.
+  bool YieldToSibling(ServerConn* server);
+  // Sends an idle server to sibling `to` (or closes one that cannot move and says the room is
+  // free). True when it left this worker.
+  bool HandOver(ServerConn* server, uint32_t to);
   int pool_size() const;
   void UpdateRelaySettings();
 
@@ -163,10 +199,16 @@ class Pool {
   ServerLists servers_{ServerState::kConnecting, ServerState::kLogin,   ServerState::kIdle,
                        ServerState::kActive,     ServerState::kTesting, ServerState::kCanceling};
 
-  int reserve_in_use_ = 0;
+  // What this worker last told the pod of its idle servers and waiting clients of the pool.
+  int published_idle_ = 0;
+  int published_waiting_ = 0;
   absl::Time next_connect_allowed_ = absl::InfinitePast();
   int consecutive_connect_failures_ = 0;
   bool paused_ = false;
+  absl::Time sibling_asked_at_ = absl::InfinitePast();
+  double yield_credit_ = 0;
+  std::optional<PodKeys> pod_keys_;
+  bool pod_keys_known_ = false;  // YieldToSibling's share of releases owed to siblings
   bool serve_scheduled_ = false;
 };
 

@@ -69,6 +69,46 @@ ServerConn* PoolRegistry::OpenServer(Pool* pool) {
   return server;
 }
 
+ServerConn* PoolRegistry::AdoptServer(Pool* pool, int fd, const ServerHandoff& moved) {
+  auto* server = new ServerConn(context_.loop(), fd, pool, context_.NextConnectionId(), moved);
+  if (!server->Register(/*connecting=*/false).ok()) {
+    delete server;  // closes fd
+    return nullptr;
+  }
+  servers_by_id_[server->id()] = server;
+  return server;
+}
+
+void PoolRegistry::OnHandoff(HandoffMessage message, int fd) {
+  auto pool = pools_.find(std::make_pair(message.database, message.user));
+  switch (message.kind) {
+    case HandoffMessage::Kind::kRequest:
+      if (pool != pools_.end()) pool->second->GiveIdleServer(message.from);
+      return;
+    case HandoffMessage::Kind::kRoom:
+      if (pool != pools_.end()) pool->second->OnRoomFreed();
+      return;
+    case HandoffMessage::Kind::kServer:
+      break;
+  }
+  if (pool == pools_.end()) {
+    // Only a worker whose clients wait for the pool is sent one; after a reload removed the
+    // database it may be gone: close the server and give its room back.
+    auto db = config().FindDatabase(message.database);
+    if (!db.has_value()) {
+      if (fd >= 0) close(fd);
+      budget_.ReleaseArrived(message.database, message.user);
+      return;
+    }
+    pool = pools_.find(std::make_pair(GetOrCreatePool(*db, message.user)->db().name, message.user));
+  }
+  if (fd < 0) {
+    budget_.ReleaseArrived(message.database, message.user);
+    return;
+  }
+  pool->second->AdoptServer(fd, message.server);
+}
+
 ServerConn* PoolRegistry::FindServer(uint64_t id) const {
   auto it = servers_by_id_.find(id);
   return it == servers_by_id_.end() ? nullptr : it->second;

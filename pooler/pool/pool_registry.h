@@ -23,6 +23,7 @@
 #include "pooler/pool/pause_state.h"
 #include "pooler/pool/pool.h"
 #include "pooler/pool/server_budget.h"
+#include "pooler/pool/server_mover.h"
 #include "pooler/pool/worker_context.h"
 
 namespace pgfleet::pool {
@@ -55,6 +56,13 @@ class PoolRegistry final : public ClientHost, public ServerDirectory {
   ServerConn* OpenServer(Pool* pool);
   // A closed server leaves the directory; deleted after the event batch.
   void DeleteServer(ServerConn* server);
+  // A server a sibling handed over, registered with the loop; null when it cannot be.
+  ServerConn* AdoptServer(Pool* pool, int fd, const ServerHandoff& moved);
+  // One pool per pod: the sibling hand-off sockets (null = no siblings) and what arrives on them
+  // (`fd` is ours: a kServer's socket, else -1).
+  ServerMover* server_mover() const { return server_mover_; }
+  void set_server_mover(ServerMover* mover) { server_mover_ = mover; }
+  void OnHandoff(HandoffMessage message, int fd);
   // Live servers by id, so callbacks holding only an id (cancels) never touch a freed server.
   ServerConn* FindServer(uint64_t id) const override;
 
@@ -98,6 +106,7 @@ class PoolRegistry final : public ClientHost, public ServerDirectory {
   ClientBudget client_budget_;
   PauseState pause_state_;
   AdminConsoleHandler* admin_console_ = nullptr;
+  ServerMover* server_mover_ = nullptr;
   // The worker's client states; pooled states live in each pool.
   ClientLists clients_{ClientState::kStartup, ClientState::kAuth, ClientState::kAuthQuery,
                        ClientState::kAdmin};

@@ -1,23 +1,111 @@
-// Server connection budgets of one worker.
+// Server connection budgets: the pod's counts and this worker's.
 #include "pooler/pool/server_budget.h"
 
 #include <vector>
 
+#include "pooler/base/log.h"
+#include "pooler/base/strings.h"
 #include "pooler/config/worker_share.h"
 #include "pooler/pool/pool.h"
 #include "pooler/pool/server_conn.h"
 
 namespace pgfleet::pool {
 
-bool ServerBudget::MayOpen(const Pool* pool) {
-  if (DatabaseAllows(pool) && UserAllows(pool)) return true;
-  // Make room by closing an idle server another pool of this database or user does not need.
-  return EvictIdleServerFor(pool) && DatabaseAllows(pool) && UserAllows(pool);
+using budget::PodServerCounts;
+
+std::optional<PodKeys> ServerBudget::KeysOf(const Pool* pool) {
+  auto id = std::make_pair(PodServerCounts::PoolKeyText(pool->db().name, pool->user()),
+                           pool->server_user());
+  if (auto it = keys_.find(id); it != keys_.end()) return it->second;
+  auto pool_key = pod_.Intern(id.first);
+  auto db_key = pod_.Intern(PodServerCounts::DatabaseKeyText(pool->db().name));
+  auto user_key = pod_.Intern(PodServerCounts::UserKeyText(pool->server_user()));
+  if (!pool_key || !db_key || !user_key) {
+    PGFLEET_LOG(kError, "pod_counts_full", "db=", base::LogQuote(pool->db().name),
+                " user=", base::LogQuote(pool->user()),
+                " note=", base::LogQuote("too many pools in the pod, or names too long"));
+    return std::nullopt;
+  }
+  PodKeys keys{*pool_key, *db_key, *user_key};
+  keys_.emplace(std::move(id), keys);
+  return keys;
 }
 
-void ServerBudget::Count(const Pool* pool, int delta) {
-  db_server_counts_[pool->db().name] += delta;
-  user_server_counts_[pool->server_user()] += delta;
+bool ServerBudget::CapAllows(const Pool* pool) const {
+  if (!db_caps_enabled_ || pool->db().max_db_connections == 0) return true;
+  auto cap = db_caps_.find(pool->db().name);
+  if (cap == db_caps_.end() || cap->second <= 0) return false;
+  return DatabaseServerCount(pool->db().name) < cap->second;
+}
+
+std::optional<ServerRoom> ServerBudget::Reserve(const Pool* pool, Purpose purpose) {
+  const auto keys = KeysOf(pool);
+  if (!keys.has_value() || !CapAllows(pool)) return std::nullopt;
+  const config::Config& config = context_.config();
+  int pool_limit = config.EffectivePoolSize(pool->db());
+  if (purpose == Purpose::kReserve) pool_limit += config.EffectiveReservePoolSize(pool->db());
+  if (purpose == Purpose::kMinPoolSize) pool_limit = config.EffectiveMinPoolSize(pool->db());
+  if (pool_limit <= 0) return std::nullopt;
+  // With the controller, this worker's cap is the database's limit; the pod only counts.
+  const int db_limit = db_caps_enabled_ ? 0 : pool->db().max_db_connections;
+  const int user_limit = config.EffectiveMaxUserConnections(pool->server_user());
+  if (!pod_.TryReserve({{keys->pool, pool_limit},
+                        {keys->database, db_limit < 0 ? -1 : db_limit},
+                        {keys->user, user_limit < 0 ? -1 : user_limit}})) {
+    return std::nullopt;
+  }
+  ServerRoom room{*keys, pool->db().name, pool->server_user(), purpose == Purpose::kReserve};
+  CountLocal(room, +1);
+  return room;
+}
+
+std::optional<ServerRoom> ServerBudget::TryOpen(const Pool* pool, Purpose purpose) {
+  const auto keys = KeysOf(pool);
+  if (!keys.has_value()) return std::nullopt;
+  if (auto room = Reserve(pool, purpose)) return room;
+  // Evicting another pool's idle server frees its database's and its user's room, never this
+  // pool's: when the pool itself is at its size in the pod, nothing to evict for.
+  const config::Config& config = context_.config();
+  const int pool_size =
+      config.EffectivePoolSize(pool->db()) +
+      (purpose == Purpose::kReserve ? config.EffectiveReservePoolSize(pool->db()) : 0);
+  if (purpose == Purpose::kMinPoolSize || pod_.Total(keys->pool) >= pool_size) return std::nullopt;
+  if (!EvictIdleServerFor(pool)) return std::nullopt;
+  return Reserve(pool, purpose);
+}
+
+void ServerBudget::Closed(const ServerRoom& room) {
+  pod_.Release({room.keys.pool, room.keys.database, room.keys.user});
+  CountLocal(room, -1);
+}
+
+void ServerBudget::MovedOut(const ServerRoom& room, uint32_t to) {
+  pod_.Transfer({room.keys.pool, room.keys.database, room.keys.user}, pod_.worker(), to);
+  CountLocal(room, -1);
+}
+
+void ServerBudget::MoveFailed(const ServerRoom& room, uint32_t to) {
+  pod_.Transfer({room.keys.pool, room.keys.database, room.keys.user}, to, pod_.worker());
+  CountLocal(room, +1);
+}
+
+void ServerBudget::MovedIn(const ServerRoom& room) { CountLocal(room, +1); }
+
+void ServerBudget::ReleaseArrived(const std::string& database, const std::string& user) {
+  auto pool_key = pod_.Intern(PodServerCounts::PoolKeyText(database, user));
+  auto db_key = pod_.Intern(PodServerCounts::DatabaseKeyText(database));
+  auto user_key = pod_.Intern(PodServerCounts::UserKeyText(user));
+  if (pool_key && db_key && user_key) pod_.Release({*pool_key, *db_key, *user_key});
+}
+
+int ServerBudget::PodServers(const Pool* pool) {
+  const auto keys = KeysOf(pool);
+  return keys.has_value() ? pod_.Total(keys->pool) : 0;
+}
+
+void ServerBudget::CountLocal(const ServerRoom& room, int delta) {
+  db_server_counts_[room.database] += delta;
+  user_server_counts_[room.server_user] += delta;
 }
 
 int ServerBudget::DatabaseServerCount(const std::string& db) const {
@@ -30,25 +118,16 @@ int ServerBudget::UserServerCount(const std::string& user) const {
   return it == user_server_counts_.end() ? 0 : it->second;
 }
 
-bool ServerBudget::DatabaseAllows(const Pool* pool) const {
-  // 0 = unlimited; config::kNoConnections (negative) = this worker's share is zero.
-  int db_limit = pool->db().max_db_connections;
-  if (db_caps_enabled_ && db_limit != 0) {
-    auto cap = db_caps_.find(pool->db().name);
-    db_limit = cap == db_caps_.end() || cap->second == 0 ? config::kNoConnections : cap->second;
-  }
-  return !(db_limit < 0 || (db_limit > 0 && DatabaseServerCount(pool->db().name) >= db_limit));
-}
-
-bool ServerBudget::UserAllows(const Pool* pool) const {
-  const int user_limit = context_.config().EffectiveMaxUserConnections(pool->server_user());
-  return !(user_limit < 0 ||
-           (user_limit > 0 && UserServerCount(pool->server_user()) >= user_limit));
-}
-
 bool ServerBudget::EvictIdleServerFor(const Pool* pool) {
-  const bool database_full = !DatabaseAllows(pool);
-  const bool user_full = !UserAllows(pool);
+  const auto keys = KeysOf(pool);
+  if (!keys.has_value()) return false;
+  const int db_limit = pool->db().max_db_connections;
+  const bool database_full =
+      !CapAllows(pool) || db_limit < 0 ||
+      (!db_caps_enabled_ && db_limit > 0 && pod_.Total(keys->database) >= db_limit);
+  const int user_limit = context_.config().EffectiveMaxUserConnections(pool->server_user());
+  const bool user_full = user_limit < 0 || (user_limit > 0 && pod_.Total(keys->user) >= user_limit);
+  if (!database_full && !user_full) return false;
   for (auto& [key, other] : pools_) {
     if (other.get() == pool || other->waiting_count() > 0) continue;
     // Closing one of `other`'s servers frees room only in the budgets the two pools share.

@@ -53,7 +53,51 @@ ServerConn::ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id)
       created_at_(loop.now()),
       last_used_at_(loop.now()) {}
 
+ServerConn::ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id,
+                       const ServerHandoff& moved)
+    : ServerConn(loop, fd, pool, id) {
+  state_ = ServerState::kIdle;
+  login_.Adopt(moved.backend_pid, moved.backend_secret, moved.login_params);
+  const TrackedParamNames& tracked = pool->context().tracked_params();
+  for (const auto& [name, value] : moved.tracked_params) {
+    const int slot = tracked.Find(name);
+    if (slot >= 0) relay_.mutable_params().Set(static_cast<size_t>(slot), value);
+  }
+  // The server has these under names derived from their text, which this worker derives alike.
+  StatementRegistry& statements = pool->context().statements();
+  for (const std::string& tail : moved.statements) {
+    relay_.statements().Adopt(statements.Intern(tail));
+  }
+  created_at_ = absl::FromUnixMicros(moved.created_at_us);
+  last_used_at_ = absl::FromUnixMicros(moved.last_used_at_us);
+}
+
 ServerConn::~ServerConn() = default;
+
+ServerHandoff ServerConn::Describe() const {
+  ServerHandoff out;
+  out.backend_pid = backend_pid();
+  out.backend_secret = backend_secret();
+  out.created_at_us = absl::ToUnixMicros(created_at_);
+  out.last_used_at_us = absl::ToUnixMicros(last_used_at_);
+  out.login_params = login_params();
+  const TrackedParamNames& tracked = pool_->context().tracked_params();
+  const ParamSet& params = relay_.params();
+  for (size_t slot = 0; slot < params.size(); ++slot) {
+    if (params.IsSet(slot)) out.tracked_params.emplace_back(tracked.name(slot), params.Get(slot));
+  }
+  for (const StatementPtr& statement : relay_.statements().InLruOrder()) {
+    out.statements.push_back(statement->parse_tail);
+  }
+  return out;
+}
+
+void ServerConn::HandedOver() {
+  PGFLEET_LOG(kDebug, "server_handed_over", "server=", id_,
+              " db=", base::LogQuote(pool_->db().name), " user=", base::LogQuote(pool_->user()));
+  CloseSocket();
+  pool_->ForgetHandedOver(this);
+}
 
 void ServerConn::Attach(ClientConn* client) {
   client_ = client;

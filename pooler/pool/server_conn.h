@@ -13,8 +13,10 @@
 #include "pooler/base/intrusive_list.h"
 #include "pooler/net/connection.h"
 #include "pooler/pool/connection_state.h"
+#include "pooler/pool/handoff_message.h"
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/relay.h"
+#include "pooler/pool/server_budget.h"
 #include "pooler/pool/server_login.h"
 #include "pooler/protocol/backend.h"
 #include "pooler/protocol/byte_sink.h"
@@ -27,6 +29,9 @@ class Pool;
 class ServerConn final : public net::Connection, public base::ListNode {
  public:
   ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id);
+  // A server a sibling worker handed over (one pool per pod): logged in, idle, with what the
+  // sibling knew of it.
+  ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id, const ServerHandoff& moved);
   ~ServerConn() override;
 
   void OnIoEvent(uint32_t events) override;
@@ -65,6 +70,10 @@ class ServerConn final : public net::Connection, public base::ListNode {
   absl::Time linked_at() const { return linked_at_; }
   absl::Time query_started_at() const { return relay_.query_started_at(); }
 
+  // The room this server holds in the pod's and the worker's counts (ServerBudget).
+  const ServerRoom& room() const { return room_; }
+  void set_room(ServerRoom room) { room_ = std::move(room); }
+
   // Close instead of returning to the pool at the next release (reload, RECONNECT, lifetime).
   void MarkCloseOnRelease() { close_on_release_ = true; }
   bool close_on_release() const { return close_on_release_; }
@@ -78,6 +87,12 @@ class ServerConn final : public net::Connection, public base::ListNode {
                                     std::string_view username);
   // The client waiting for this server's auth_query answer went away.
   void AbandonAuthQuery() { auth_query_client_ = nullptr; }
+
+  // Everything a sibling needs to serve this idle server as this worker would.
+  ServerHandoff Describe() const;
+  // The socket went to a sibling: closes this process's copy (the connection stays open in the
+  // sibling) and leaves the pool without giving its room back (it moved with the server).
+  void HandedOver();
 
   // Closes the socket, unlinks, and leaves the pool. `reason` is logged.
   void Close(std::string_view reason);
@@ -118,6 +133,7 @@ class ServerConn final : public net::Connection, public base::ListNode {
   ClientConn* client_ = nullptr;
   uint64_t link_generation_ = 0;
 
+  ServerRoom room_;
   bool close_on_release_ = false;
   bool awaiting_ssl_answer_ = false;
   int cancels_in_flight_ = 0;

@@ -70,6 +70,14 @@ class ServerLogin {
   // get a FATAL saying why.
   static LoginVerdict FailedByPgfleet(std::string_view message);
 
+  // The login a sibling worker did, for a server it handed over (one pool per pod).
+  void Adopt(uint32_t backend_pid, std::vector<uint8_t> backend_secret,
+             std::vector<std::pair<std::string, std::string>> login_params) {
+    backend_pid_ = backend_pid;
+    backend_secret_ = std::move(backend_secret);
+    login_params_ = std::move(login_params);
+  }
+
   // Every ParameterStatus the server sent at login, in order, for welcoming clients.
   const std::vector<std::pair<std::string, std::string>>& login_params() const {
     return login_params_;

@@ -47,6 +47,8 @@ struct PoolStats {
   uint64_t wait_time_us = 0;
   uint64_t server_assignments = 0;
   uint64_t errors = 0;
+  uint64_t servers_handed_over = 0;  // idle servers given to sibling workers
+  uint64_t servers_adopted = 0;      // ... and taken from them
   DurationHistogram query_duration;
   DurationHistogram transaction_duration;
   DurationHistogram wait_duration;
@@ -80,6 +82,9 @@ struct WorkerCounters {
   uint64_t cancels_forwarded = 0;
   uint64_t cancels_dropped = 0;
   uint64_t servers_opened = 0;
+  // One pool per pod: idle servers given to / taken from sibling workers.
+  uint64_t servers_handed_over = 0;
+  uint64_t servers_adopted = 0;
   uint64_t server_login_failures = 0;
   uint64_t protocol_errors = 0;
   uint64_t cancels_rate_limited = 0;                    // pool.cancel_rate_limit

@@ -18,6 +18,7 @@
 #include "pooler/base/log.h"
 #include "pooler/base/status_macros.h"
 #include "pooler/budget/client_budget.h"
+#include "pooler/budget/pod_server_counts.h"
 #include "pooler/net/socket.h"
 #include "pooler/protocol/cancel_key.h"
 #include "pooler/supervisor/cpu_quota.h"
@@ -91,6 +92,8 @@ void Supervisor::ReleaseRuntimeFiles() {
   CloseListeners();
   if (budget_fd_ >= 0) close(budget_fd_);
   budget_fd_ = -1;
+  if (pod_servers_fd_ >= 0) close(pod_servers_fd_);
+  pod_servers_fd_ = -1;
   if (!runtime_dir_.empty()) {
     std::error_code error;
     std::filesystem::remove_all(runtime_dir_, error);
@@ -143,6 +146,8 @@ absl::Status Supervisor::Init() {
   RETURN_IF_ERROR(CreateListeners());
   ASSIGN_OR_RETURN(budget_fd_, budget::ClientBudget::CreateSharedRegion());
   fcntl(budget_fd_, F_SETFD, FD_CLOEXEC);  // opened to each worker explicitly in Spawn
+  ASSIGN_OR_RETURN(pod_servers_fd_, budget::PodServerCounts::CreateSharedRegion());
+  fcntl(pod_servers_fd_, F_SETFD, FD_CLOEXEC);
   backoff_.assign(static_cast<size_t>(worker_count_), kMinBackoff);
   last_crash_.assign(static_cast<size_t>(worker_count_), absl::InfinitePast());
   struct stat st;
@@ -251,6 +256,7 @@ pid_t Supervisor::Spawn(int slot) {
       absl::StrCat("--runtime_dir=", runtime_dir_),
       absl::StrCat("--listen_fds=", absl::StrJoin(listen_fds, ",")),
       absl::StrCat("--client_budget_fd=", budget_fd_),
+      absl::StrCat("--pod_servers_fd=", pod_servers_fd_),
       absl::StrCat("--ready_fd=", ready[1]),
       absl::StrCat("--metrics_fd=", metrics_fd),
       absl::StrCat("--metrics_slot=", std::max(metrics_slot, 0)),
@@ -275,6 +281,7 @@ pid_t Supervisor::Spawn(int slot) {
     if (getppid() != supervisor_pid) _exit(0);
     for (int fd : listen_fds) ClearCloexec(fd);
     ClearCloexec(budget_fd_);
+    ClearCloexec(pod_servers_fd_);
     ClearCloexec(ready[1]);
     if (metrics_fd >= 0) ClearCloexec(metrics_fd);
     // Keep the control signals blocked across exec: a signal that arrives before the worker
@@ -357,8 +364,11 @@ void Supervisor::OnChildExited(pid_t pid, int status) {
   PublishProcesses();
   // A crashed worker leaves its peering socket behind: siblings would keep dialling it.
   unlink(absl::StrCat(runtime_dir_, "/worker-", process.peer_id, ".sock").c_str());
+  unlink(absl::StrCat(runtime_dir_, "/handoff-", process.peer_id, ".sock").c_str());
   // Clients of the dead process are gone: give their max_client_conn room back.
   budget::ClientBudget::ReleaseSlot(budget_fd_, process.peer_id);
+  // ... and the pod's room for the servers it held (PostgreSQL closes them with its sockets).
+  budget::PodServerCounts::ReleaseWorker(pod_servers_fd_, process.peer_id);
   if (shutting_down_) {
     PGFLEET_LOG(kInfo, "worker_exited", "slot=", process.slot, " pid=", pid, " ",
                 DescribeExit(status));

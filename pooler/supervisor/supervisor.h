@@ -91,6 +91,7 @@ class Supervisor {
   std::vector<int> tcp_fds_;  // one per slot
   int unix_fd_ = -1;          // shared by all workers
   int budget_fd_ = -1;
+  int pod_servers_fd_ = -1;  // budget::PodServerCounts region
   std::string runtime_dir_;
   std::unique_ptr<net::SignalWatcher> signals_;
   std::map<pid_t, Process> processes_;

@@ -6,7 +6,6 @@
 
 #include "pooler/base/log.h"
 #include "pooler/base/status_macros.h"
-#include "pooler/config/worker_share.h"
 #include "pooler/net/socket.h"
 #include "pooler/worker/registry_cap_target.h"
 
@@ -38,9 +37,9 @@ absl::Status Worker::Init() {
   ASSIGN_OR_RETURN(fleet_, peering::WorkerFleet::Create(loop_, fleet_config, options_.peer_id,
                                                         options_.runtime_dir));
   const uint32_t local_peer_id = options_.peer_id;
+  local_peer_id_ = local_peer_id;
   options_.peer_id = fleet_->RegisterPeerId();
-  config_ = std::make_shared<const config::Config>(
-      config::ShareForWorker(fleet_config, options_.slot, options_.worker_count));
+  config_ = std::make_shared<const config::Config>(fleet_config);
   base::SetLogPrefix(base::StrCat("worker=", options_.slot, " peer_id=", options_.peer_id));
   if (config_->log.level == "debug") base::SetLogLevel(base::LogLevel::kDebug);
   if (config_->log.level == "warning") base::SetLogLevel(base::LogLevel::kWarning);
@@ -54,6 +53,9 @@ absl::Status Worker::Init() {
   if (options_.client_budget_fd >= 0) {
     RETURN_IF_ERROR(
         registry_->client_budget().AttachShared(options_.client_budget_fd, local_peer_id));
+  }
+  if (options_.pod_servers_fd >= 0) {
+    RETURN_IF_ERROR(registry_->budget().AttachPod(options_.pod_servers_fd, local_peer_id));
   }
 
   auto on_accept = [this](int fd, std::string peer) {
@@ -109,6 +111,15 @@ absl::Status Worker::Init() {
 
 absl::Status Worker::StartPeering() {
   if (options_.runtime_dir.empty()) return absl::OkStatus();
+  if (options_.pod_servers_fd >= 0) {
+    // The pod's workers share their pools: idle servers move to where clients wait.
+    handoff_ = std::make_unique<HandoffChannel>(loop_, options_.runtime_dir, local_peer_id_,
+                                                [this](pool::HandoffMessage message, int fd) {
+                                                  registry_->OnHandoff(std::move(message), fd);
+                                                });
+    RETURN_IF_ERROR(handoff_->Start());
+    registry_->set_server_mover(handoff_.get());
+  }
   peers_ = std::make_unique<peering::PeerDirectory>(options_.runtime_dir);
   peering_service_ = std::make_unique<peering::PeeringService>(
       loop_, registry_->cancels(),
@@ -178,8 +189,7 @@ void Worker::Reload() {
                 "error=", base::LogQuote(base::Sv(tls.status().message())));
     return;
   }
-  config_ = std::make_shared<const config::Config>(
-      config::ShareForWorker(*config, options_.slot, options_.worker_count));
+  config_ = std::make_shared<const config::Config>(*config);
   registry_->Reload(config_, *std::move(userlist));
   registry_->context().set_hba(*std::move(hba));
   registry_->context().set_tls(*std::move(tls));

@@ -16,9 +16,10 @@
 #include "pooler/config/config.h"
 #include "pooler/metrics/snapshot.h"
 #include "pooler/net/event_loop.h"
-#include "pooler/net/signal_watcher.h"
 #include "pooler/net/listener.h"
+#include "pooler/net/signal_watcher.h"
 #include "pooler/pool/pool_registry.h"
+#include "pooler/worker/handoff_channel.h"
 
 namespace pgfleet::worker {
 
@@ -26,13 +27,15 @@ struct WorkerOptions {
   std::string config_path;
   // This worker's fleet-wide peer id (docs/architecture.md, "Cancel keys"); 1 for a lone worker.
   uint32_t peer_id = 1;
-  // Position among the pod's workers, for the static budget split.
+  // Position among the pod's workers.
   int slot = 0;
   int worker_count = 1;
   // Listening sockets created by a supervisor; empty = bind our own from the config.
   std::vector<int> inherited_listen_fds;
   // Shared max_client_conn region from the supervisor (-1 = count locally).
   int client_budget_fd = -1;
+  // Shared server counts of the pod's pools from the supervisor (-1 = count locally).
+  int pod_servers_fd = -1;
   // Where sibling workers' peering sockets live (empty = no peering).
   std::string runtime_dir;
   // Written with one byte once the worker accepts connections (-1 = none).
@@ -71,6 +74,9 @@ class Worker {
   net::EventLoop loop_;
   std::shared_ptr<const config::Config> config_;
   std::unique_ptr<pool::PoolRegistry> registry_;
+  // One pool per pod: the sibling hand-off sockets (with a supervisor); goes before the registry.
+  std::unique_ptr<HandoffChannel> handoff_;
+  uint32_t local_peer_id_ = 0;
   std::vector<std::unique_ptr<net::Listener>> listeners_;
   std::unique_ptr<net::SignalWatcher> signals_;
   std::unique_ptr<peering::WorkerFleet> fleet_;  // outlives the forwarder that uses it

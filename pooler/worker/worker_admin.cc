@@ -20,8 +20,8 @@ namespace pgfleet::worker {
 
 void Worker::StartStats(const config::Config& fleet) {
   fleet_config_ = std::make_shared<const config::Config>(fleet);
-  stats_ =
-      std::make_unique<metrics::WorkerStatsSource>(*registry_, options_.peer_id, options_.slot);
+  stats_ = std::make_unique<metrics::WorkerStatsSource>(*registry_, options_.peer_id, options_.slot,
+                                                        options_.worker_count);
   stats_->SetFleetConfig(fleet_config_);
   stats_->Start();
   // RELOAD from the console: the SIGHUP path, after checking the file loads (errors go back to

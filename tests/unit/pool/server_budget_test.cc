@@ -1,11 +1,12 @@
-// The server budget decides alone whether a pool may open a server: per-database and per-user
-// limits, the controller's caps, and this worker's zero share. Driven through a real registry
-// (no sockets are opened: servers are only counted).
+// The server budget decides alone whether a pool may open a server: the pod's pool size,
+// per-database and per-user limits, the controller's caps. Driven through a real registry (no
+// sockets are opened: servers are only counted).
 #include "pooler/pool/server_budget.h"
 
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <vector>
 
 #include "pooler/base/random.h"
 #include "pooler/config/worker_share.h"
@@ -42,52 +43,67 @@ class ServerBudgetTest : public ::testing::Test {
   std::unique_ptr<PoolRegistry> registry_;
 };
 
+bool Opens(ServerBudget& budget, Pool* pool, std::vector<ServerRoom>* rooms = nullptr) {
+  auto room = budget.TryOpen(pool, ServerBudget::Purpose::kPoolSize);
+  if (room.has_value() && rooms != nullptr) rooms->push_back(*room);
+  return room.has_value();
+}
+
 TEST_F(ServerBudgetTest, ADatabaseLimitCountsEveryUsersServers) {
   Start(/*max_user_connections=*/0);
   Pool* alice = PoolOf("app", "alice");
   Pool* bob = PoolOf("app", "bob");
-  EXPECT_TRUE(budget().MayOpen(alice));
-  budget().Count(alice, +1);
-  budget().Count(bob, +1);
+  std::vector<ServerRoom> rooms;
+  EXPECT_TRUE(Opens(budget(), alice, &rooms));
+  EXPECT_TRUE(Opens(budget(), bob, &rooms));
   EXPECT_EQ(budget().DatabaseServerCount("app"), 2);
   // Full, and no idle server of another pool to evict.
-  EXPECT_FALSE(budget().MayOpen(alice));
-  EXPECT_FALSE(budget().MayOpen(bob));
+  EXPECT_FALSE(Opens(budget(), alice));
+  EXPECT_FALSE(Opens(budget(), bob));
   // Another database is not limited by app's budget.
-  EXPECT_TRUE(budget().MayOpen(PoolOf("reports", "alice")));
-  budget().Count(bob, -1);
-  EXPECT_TRUE(budget().MayOpen(alice));
+  EXPECT_TRUE(Opens(budget(), PoolOf("reports", "alice")));
+  budget().Closed(rooms[1]);
+  EXPECT_EQ(budget().DatabaseServerCount("app"), 1);
+  EXPECT_TRUE(Opens(budget(), alice));
 }
 
 TEST_F(ServerBudgetTest, AUserLimitCountsAcrossDatabases) {
   Start(/*max_user_connections=*/1);
-  Pool* app = PoolOf("app", "alice");
-  Pool* reports = PoolOf("reports", "alice");
-  budget().Count(app, +1);
+  EXPECT_TRUE(Opens(budget(), PoolOf("app", "alice")));
   EXPECT_EQ(budget().UserServerCount("alice"), 1);
-  EXPECT_FALSE(budget().MayOpen(reports));
-  EXPECT_TRUE(budget().MayOpen(PoolOf("reports", "bob")));
+  EXPECT_FALSE(Opens(budget(), PoolOf("reports", "alice")));
+  EXPECT_TRUE(Opens(budget(), PoolOf("reports", "bob")));
 }
 
 TEST_F(ServerBudgetTest, AZeroShareOpensNothing) {
   Start(0);
-  EXPECT_FALSE(budget().MayOpen(PoolOf("none", "alice")));
+  EXPECT_FALSE(Opens(budget(), PoolOf("none", "alice")));
 }
 
-TEST_F(ServerBudgetTest, ControllerCapsReplaceTheStaticShareOnceEnabled) {
+TEST_F(ServerBudgetTest, ThePoolSizeHoldsForThePodAndTheReserveAddsToIt) {
+  Start(0);
+  Pool* reports = PoolOf("reports", "alice");  // default_pool_size 20, no reserve configured
+  const int size = registry_->config().EffectivePoolSize(reports->db());
+  for (int i = 0; i < size; ++i) ASSERT_TRUE(Opens(budget(), reports)) << i;
+  EXPECT_FALSE(Opens(budget(), reports));
+  EXPECT_EQ(budget().PodServers(reports), size);
+  // min_pool_size (0 here) opens nothing ahead of demand.
+  EXPECT_FALSE(budget().TryOpen(reports, ServerBudget::Purpose::kMinPoolSize).has_value());
+}
+
+TEST_F(ServerBudgetTest, ControllerCapsReplaceThePodLimitOnceEnabled) {
   Start(0);
   Pool* app = PoolOf("app", "alice");
   EXPECT_EQ(budget().DatabaseCap("app"), std::nullopt);
   budget().EnableDatabaseCaps();
   // Budgeted and no cap granted yet: nothing may be opened.
   EXPECT_EQ(budget().DatabaseCap("app"), 0);
-  EXPECT_FALSE(budget().MayOpen(app));
+  EXPECT_FALSE(Opens(budget(), app));
   budget().SetDatabaseCap("app", 1);
-  EXPECT_TRUE(budget().MayOpen(app));
-  budget().Count(app, +1);
-  EXPECT_FALSE(budget().MayOpen(app));
+  EXPECT_TRUE(Opens(budget(), app));
+  EXPECT_FALSE(Opens(budget(), app));
   // An unbudgeted database ignores caps.
-  EXPECT_TRUE(budget().MayOpen(PoolOf("reports", "alice")));
+  EXPECT_TRUE(Opens(budget(), PoolOf("reports", "alice")));
   // Nothing over the cap: nothing to close.
   EXPECT_EQ(budget().EnforceDatabaseCap("app", /*force=*/true), 0);
 }

@@ -1,0 +1,231 @@
+// The pod's server counts in shared memory.
+#include "pooler/budget/pod_server_counts.h"
+
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "pooler/base/strings.h"
+
+namespace pgfleet::budget {
+
+namespace {
+constexpr uint32_t kEmpty = 0;
+constexpr uint32_t kWriting = 1;  // a worker is writing the key text
+constexpr uint32_t kReady = 2;
+
+// Where a key's probe starts. Every process must agree, so not absl::Hash (seeded per process):
+// FNV-1a, which is enough for a table of a few thousand names.
+uint64_t StableHash(std::string_view text) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+}  // namespace
+
+struct PodServerCounts::Slot {
+  std::atomic<uint32_t> state;
+  uint32_t length;
+  char text[kMaxKeyLength];
+  std::atomic<int32_t> total;
+  // Sums of the per-worker idle and waiting counts: one load tells whether any worker has one,
+  // so the common case (nobody waits) costs no scan of the workers.
+  std::atomic<int32_t> idle_total;
+  std::atomic<int32_t> waiting_total;
+};
+
+struct PodServerCounts::Region {
+  Slot slots[kKeys];
+  std::atomic<int32_t> open[kWorkers][kKeys];
+  std::atomic<int32_t> idle[kWorkers][kKeys];
+  std::atomic<int32_t> waiting[kWorkers][kKeys];
+};
+
+PodServerCounts::Region* PodServerCounts::Map(int fd) {
+  void* p = mmap(nullptr, sizeof(Region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<Region*>(p);
+}
+
+absl::StatusOr<int> PodServerCounts::CreateSharedRegion() {
+  int fd = memfd_create("pgfleet-servers", 0);  // no CLOEXEC: workers inherit it
+  if (fd < 0) return absl::InternalError(base::StrCat("memfd_create: ", strerror(errno)));
+  if (ftruncate(fd, sizeof(Region)) != 0) {
+    close(fd);
+    return absl::InternalError(base::StrCat("ftruncate: ", strerror(errno)));
+  }
+  return fd;  // zero-filled: every slot empty, every count 0
+}
+
+void PodServerCounts::ReleaseWorker(int region_fd, uint32_t worker) {
+  Region* region = Map(region_fd);
+  if (region == nullptr) return;
+  worker %= kWorkers;
+  for (uint32_t key = 0; key < kKeys; ++key) {
+    const int32_t held = region->open[worker][key].exchange(0);
+    if (held != 0) region->slots[key].total.fetch_sub(held);
+    const int32_t idle = region->idle[worker][key].exchange(0);
+    if (idle != 0) region->slots[key].idle_total.fetch_sub(idle);
+    const int32_t waiting = region->waiting[worker][key].exchange(0);
+    if (waiting != 0) region->slots[key].waiting_total.fetch_sub(waiting);
+  }
+  munmap(region, sizeof(Region));
+}
+
+PodServerCounts::PodServerCounts() {
+  // Anonymous and zero-filled, like a fresh memfd; pages are touched only as keys are used.
+  void* p =
+      mmap(nullptr, sizeof(Region), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  region_ = p == MAP_FAILED ? nullptr : static_cast<Region*>(p);
+}
+
+PodServerCounts::~PodServerCounts() {
+  if (region_ != nullptr) munmap(region_, sizeof(Region));
+}
+
+absl::Status PodServerCounts::AttachShared(int region_fd, uint32_t worker) {
+  Region* shared = Map(region_fd);
+  if (shared == nullptr) return absl::InternalError(base::StrCat("mmap: ", strerror(errno)));
+  if (region_ != nullptr) munmap(region_, sizeof(Region));
+  region_ = shared;
+  shared_ = true;
+  worker_ = worker % kWorkers;
+  return absl::OkStatus();
+}
+
+std::string PodServerCounts::PoolKeyText(std::string_view database, std::string_view user) {
+  // Length-prefixed: a client may put any byte but NUL in a name, so no separator is safe.
+  return base::StrCat("p", database.size(), ":", database, user);
+}
+
+std::string PodServerCounts::DatabaseKeyText(std::string_view database) {
+  return base::StrCat("d", database);
+}
+
+std::string PodServerCounts::UserKeyText(std::string_view user) { return base::StrCat("u", user); }
+
+std::optional<PodServerCounts::Key> PodServerCounts::Intern(std::string_view text) {
+  if (region_ == nullptr || text.empty() || text.size() > kMaxKeyLength) return std::nullopt;
+  const size_t start = StableHash(text) % kKeys;
+  for (size_t probe = 0; probe < kKeys; ++probe) {
+    const Key key = static_cast<Key>((start + probe) % kKeys);
+    Slot& slot = region_->slots[key];
+    uint32_t state = slot.state.load(std::memory_order_acquire);
+    if (state == kEmpty) {
+      uint32_t expected = kEmpty;
+      if (slot.state.compare_exchange_strong(expected, kWriting, std::memory_order_acq_rel)) {
+        slot.length = static_cast<uint32_t>(text.size());
+        std::memcpy(slot.text, text.data(), text.size());
+        slot.state.store(kReady, std::memory_order_release);
+        return key;
+      }
+      state = expected;
+    }
+    // Another worker is writing this slot's text: it takes microseconds, no I/O.
+    while (state == kWriting) {
+      sched_yield();
+      state = slot.state.load(std::memory_order_acquire);
+    }
+    if (std::string_view(slot.text, slot.length) == text) return key;
+  }
+  return std::nullopt;
+}
+
+bool PodServerCounts::TryReserve(std::initializer_list<Limited> limits) {
+  const Limited* taken_end = limits.begin();
+  for (const Limited& limited : limits) {
+    std::atomic<int32_t>& total = region_->slots[limited.key].total;
+    int32_t current = total.load();
+    bool taken = false;
+    while (limited.limit >= 0 && (limited.limit == 0 || current < limited.limit)) {
+      if (total.compare_exchange_weak(current, current + 1)) {
+        taken = true;
+        break;
+      }
+    }
+    if (!taken) {
+      // All or none: give back what this call took.
+      for (const Limited* undo = limits.begin(); undo != taken_end; ++undo) {
+        region_->slots[undo->key].total.fetch_sub(1);
+      }
+      return false;
+    }
+    ++taken_end;
+  }
+  for (const Limited& limited : limits) region_->open[worker_][limited.key].fetch_add(1);
+  return true;
+}
+
+void PodServerCounts::Release(std::initializer_list<Key> keys) {
+  for (Key key : keys) {
+    region_->open[worker_][key].fetch_sub(1);
+    region_->slots[key].total.fetch_sub(1);
+  }
+}
+
+void PodServerCounts::Transfer(std::initializer_list<Key> keys, uint32_t from, uint32_t to) {
+  from %= kWorkers;
+  to %= kWorkers;
+  for (Key key : keys) {
+    region_->open[to][key].fetch_add(1);
+    region_->open[from][key].fetch_sub(1);
+  }
+}
+
+int PodServerCounts::Total(Key key) const { return region_->slots[key].total.load(); }
+int PodServerCounts::Mine(Key key) const { return region_->open[worker_][key].load(); }
+
+void PodServerCounts::AddIdle(Key pool, int delta) {
+  region_->idle[worker_][pool].fetch_add(delta);
+  region_->slots[pool].idle_total.fetch_add(delta);
+}
+
+void PodServerCounts::AddWaiting(Key pool, int delta) {
+  region_->waiting[worker_][pool].fetch_add(delta);
+  region_->slots[pool].waiting_total.fetch_add(delta);
+}
+
+std::optional<uint32_t> PodServerCounts::BusiestSibling(
+    const std::atomic<int32_t> (*per_worker)[kKeys], Key key) const {
+  if (!shared_) return std::nullopt;
+  std::optional<uint32_t> best;
+  int32_t most = 0;
+  for (uint32_t worker = 1; worker < kWorkers; ++worker) {
+    if (worker == worker_) continue;
+    const int32_t n = per_worker[worker][key].load(std::memory_order_relaxed);
+    if (n > most) {
+      most = n;
+      best = worker;
+    }
+  }
+  return best;
+}
+
+int PodServerCounts::WaitingTotal(Key pool) const {
+  return region_->slots[pool].waiting_total.load(std::memory_order_relaxed);
+}
+
+std::optional<uint32_t> PodServerCounts::SiblingWithIdle(Key pool) const {
+  const Slot& slot = region_->slots[pool];
+  if (slot.idle_total.load(std::memory_order_relaxed) <=
+      region_->idle[worker_][pool].load(std::memory_order_relaxed)) {
+    return std::nullopt;
+  }
+  return BusiestSibling(region_->idle, pool);
+}
+
+std::optional<uint32_t> PodServerCounts::SiblingWaiting(Key pool) const {
+  const Slot& slot = region_->slots[pool];
+  if (slot.waiting_total.load(std::memory_order_relaxed) <=
+      region_->waiting[worker_][pool].load(std::memory_order_relaxed)) {
+    return std::nullopt;
+  }
+  return BusiestSibling(region_->waiting, pool);
+}
+
+}  // namespace pgfleet::budget

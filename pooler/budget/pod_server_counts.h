@@ -1,0 +1,96 @@
+// The pod's server connections counted in one place, so that a pod's workers are one pooler with
+// one pool per (database, user): how many servers each pool, database and server user has open in
+// the whole pod, and how many each worker holds, idle or wanted (docs/architecture.md, "One pool
+// per pod").
+//
+// The counts live in shared memory (a memfd the supervisor creates and every worker maps) and are
+// changed with atomics only: a reservation is a compare-and-swap under the limit, never a lock
+// held across I/O. Each worker's own counts let the supervisor return a dead worker's servers
+// (ReleaseWorker), as ClientBudget does for clients. Without a supervisor the region is private
+// to the process and the same code counts one worker's servers.
+//
+// Keys are strings ("p<length of database>:<database><user>", "d<database>", "u<user>"), interned
+// in a fixed open-addressing table the workers share. A worker is known by its local peer id
+// (1..255): a worker and its replacement during a rolling restart count apart.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pgfleet::budget {
+
+class PodServerCounts {
+ public:
+  static constexpr uint32_t kWorkers = 256;  // local peer ids are 8 bits
+  static constexpr uint32_t kKeys = 2048;
+  static constexpr size_t kMaxKeyLength = 192;
+
+  using Key = uint32_t;
+  // A limit of 0 is unlimited; a negative limit admits nothing.
+  struct Limited {
+    Key key;
+    int limit;
+  };
+
+  // Creates the shared region; returns its fd (inheritable). Supervisor only.
+  static absl::StatusOr<int> CreateSharedRegion();
+  // Returns a dead worker's servers, idle counts and wants to the pod (supervisor, after waitpid).
+  static void ReleaseWorker(int region_fd, uint32_t worker);
+
+  // A private region (no sibling sees it), as worker 1.
+  PodServerCounts();
+  ~PodServerCounts();
+  PodServerCounts(const PodServerCounts&) = delete;
+  PodServerCounts& operator=(const PodServerCounts&) = delete;
+  // Counts in the pod's region from now on, as `worker` (its local peer id).
+  [[nodiscard]] absl::Status AttachShared(int region_fd, uint32_t worker);
+  uint32_t worker() const { return worker_; }
+
+  static std::string PoolKeyText(std::string_view database, std::string_view user);
+  static std::string DatabaseKeyText(std::string_view database);
+  static std::string UserKeyText(std::string_view user);
+  // The key for `text`, added on first use; nullopt when the table is full or the text too long.
+  std::optional<Key> Intern(std::string_view text);
+
+  // Takes one server of room under every limit, or none: false when one is full.
+  [[nodiscard]] bool TryReserve(std::initializer_list<Limited> limits);
+  // Gives back one server of room for each key (a server closed, or a reservation not used).
+  void Release(std::initializer_list<Key> keys);
+  // A server moves from worker `from` to worker `to`: the pod's totals do not change. The sender
+  // moves the count before the socket leaves, so a dead worker is never returned a server that
+  // a sibling holds.
+  void Transfer(std::initializer_list<Key> keys, uint32_t from, uint32_t to);
+  // Servers open in the whole pod, and held by this worker.
+  int Total(Key key) const;
+  int Mine(Key key) const;
+
+  // This worker's idle servers and waiting clients of a pool, for siblings to see.
+  void AddIdle(Key pool, int delta);
+  void AddWaiting(Key pool, int delta);
+  // A sibling (not this worker) with an idle server / a waiting client of `pool`, the one with
+  // the most; nullopt when none.
+  std::optional<uint32_t> SiblingWithIdle(Key pool) const;
+  std::optional<uint32_t> SiblingWaiting(Key pool) const;
+  // Clients waiting for `pool` in the whole pod (this worker's included).
+  int WaitingTotal(Key pool) const;
+
+ private:
+  struct Slot;
+  struct Region;
+  static Region* Map(int fd);
+  std::optional<uint32_t> BusiestSibling(const std::atomic<int32_t> (*per_worker)[kKeys],
+                                         Key key) const;
+
+  Region* region_ = nullptr;
+  bool shared_ = false;
+  uint32_t worker_ = 1;
+};
+
+}  // namespace pgfleet::budget

@@ -1,0 +1,144 @@
+// Pool: one pool per pod. A worker with waiting clients and no room in the pod takes an idle
+// server from a sibling; a worker whose server went idle while a sibling's clients wait gives it
+// (docs/architecture.md, "One pool per pod").
+#include <unistd.h>
+
+#include "pooler/base/log.h"
+#include "pooler/base/strings.h"
+#include "pooler/pool/pool.h"
+#include "pooler/pool/pool_registry.h"
+
+namespace pgfleet::pool {
+
+namespace {
+// One request at a time per pool: a sibling answers within microseconds, or it had nothing
+// (its idle server was taken meanwhile) and the next ServeWaiting asks again.
+constexpr absl::Duration kAskAgainAfter = absl::Milliseconds(20);
+}  // namespace
+
+void Pool::AskSiblingForServer() {
+  ServerMover* mover = registry_->server_mover();
+  // Clients queued for a server, or logged in and waiting for the pool's first server to learn
+  // what to welcome them with (a server that moves brings its login's parameters).
+  const bool wanted = !clients_[ClientState::kWaiting].empty() ||
+                      (!welcome_known_ && !clients_[ClientState::kWelcome].empty());
+  if (mover == nullptr || !wanted) return;
+  const absl::Time now = context_.loop().now();
+  if (now - sibling_asked_at_ < kAskAgainAfter) return;
+  const auto keys = PodKeysOf();
+  if (!keys.has_value()) return;
+  budget::PodServerCounts& pod = registry_->budget().pod();
+  const auto sibling = pod.SiblingWithIdle(keys->pool);
+  if (!sibling.has_value()) return;
+  HandoffMessage request;
+  request.kind = HandoffMessage::Kind::kRequest;
+  request.from = pod.worker();
+  request.database = db_.name;
+  request.user = user_;
+  if (mover->Send(*sibling, request, -1)) sibling_asked_at_ = now;
+}
+
+void Pool::OfferIdleServerToSibling() {
+  if (registry_->server_mover() == nullptr || servers_[ServerState::kIdle].empty() ||
+      !clients_[ClientState::kWaiting].empty()) {
+    return;
+  }
+  const auto keys = PodKeysOf();
+  if (!keys.has_value()) return;
+  // One load in the common case: nobody in the pod waits for this pool.
+  if (const auto sibling = registry_->budget().pod().SiblingWaiting(keys->pool)) {
+    GiveIdleServer(*sibling);
+  }
+}
+
+void Pool::GiveIdleServer(uint32_t to) {
+  ServerConn* server = servers_[ServerState::kIdle].front();  // the warmest
+  if (server == nullptr || !clients_[ClientState::kWaiting].empty()) return;
+  HandOver(server, to);
+}
+
+bool Pool::YieldToSibling(ServerConn* server) {
+  if (registry_->server_mover() == nullptr) return false;
+  const auto keys = PodKeysOf();
+  if (!keys.has_value()) return false;
+  budget::PodServerCounts& pod = registry_->budget().pod();
+  const int total = pod.WaitingTotal(keys->pool);
+  const int mine = static_cast<int>(waiting_count());
+  if (total <= mine) return false;  // nobody else in the pod waits: the common case, one load
+  // Every worker's clients wait for the pod's busy servers: released servers go where clients
+  // wait, in proportion, so a worker that holds the servers cannot starve its siblings.
+  yield_credit_ += static_cast<double>(total - mine) / total;
+  if (yield_credit_ < 1.0) return false;
+  yield_credit_ -= 1.0;
+  const auto sibling = pod.SiblingWaiting(keys->pool);
+  return sibling.has_value() && HandOver(server, *sibling);
+}
+
+bool Pool::HandOver(ServerConn* server, uint32_t to) {
+  ServerMover* mover = registry_->server_mover();
+  if (mover == nullptr) return false;
+  HandoffMessage message;
+  message.from = registry_->budget().pod().worker();
+  message.database = db_.name;
+  message.user = user_;
+  if (server->tls_established() || server->has_pending_output() || !server->in().empty()) {
+    // A TLS session cannot move between processes: close it, so the sibling opens its own.
+    server->Close("closed to free room for a sibling worker");
+    message.kind = HandoffMessage::Kind::kRoom;
+    mover->Send(to, message, -1);
+    return true;
+  }
+  message.kind = HandoffMessage::Kind::kServer;
+  message.server = server->Describe();
+  ServerBudget& budget = registry_->budget();
+  // The count moves first: if this worker dies right after the send, the supervisor must not
+  // give the room of a server the sibling now holds back to the pod.
+  budget.MovedOut(server->room(), to);
+  if (!mover->Send(to, message, server->fd())) {
+    budget.MoveFailed(server->room(), to);
+    return false;
+  }
+  ++stats_.servers_handed_over;
+  ++context_.counters().servers_handed_over;
+  server->HandedOver();
+  return true;
+}
+
+void Pool::ForgetHandedOver(ServerConn* server) {
+  MoveServer(server, ServerState::kClosed);
+  registry_->DeleteServer(server);
+}
+
+void Pool::AdoptServer(int fd, const ServerHandoff& moved) {
+  ServerConn* server = registry_->AdoptServer(this, fd, moved);
+  if (server == nullptr) {
+    // Not registered: the sibling moved the room to us, give it back to the pod.
+    if (const auto keys = PodKeysOf()) {
+      registry_->budget().pod().Release({keys->pool, keys->database, keys->user});
+    }
+    return;
+  }
+  const auto keys = PodKeysOf();
+  ServerRoom room;
+  if (keys.has_value()) room.keys = *keys;
+  room.database = db_.name;
+  room.server_user = server_user();
+  registry_->budget().MovedIn(room);
+  server->set_room(std::move(room));
+  servers_.Add(server);  // kIdle
+  ++stats_.servers_adopted;
+  ++context_.counters().servers_adopted;
+  LearnWelcome(server);
+  if (!moved.statements_complete) {
+    // Its statements did not fit in the message: the server has names this worker would Parse
+    // again. Forget them all before anyone uses it.
+    MoveServer(server, ServerState::kTesting);
+    if (!server->SendHiddenQuery("DEALLOCATE ALL")) server->Close("write failed");
+    return;
+  }
+  PublishPodCounts();
+  ServeWaiting();
+  ServeWelcomedClients();
+}
+
+}  // namespace pgfleet::pool

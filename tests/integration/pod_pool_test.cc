@@ -1,0 +1,247 @@
+// One pool per pod: a pod's workers share each pool's size and servers. Long queries on one
+// worker do not stall that worker's other clients while the pod has idle servers elsewhere; the
+// pool's size holds for the pod; a killed worker's servers return to the pod; a server that moved
+// between workers keeps its prepared statements and parameters right.
+#include <poll.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "tests/integration/harness/fixtures.h"
+#include "tests/integration/harness/http_client.h"
+
+namespace pgfleet::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string PodConfig(int workers, int pool_size, const std::string& pool_extra = "") {
+  return absl::StrCat(
+      "workers: ", workers,
+      "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", PgServer::Shared().port(),
+      "}\npool:\n  pool_mode: transaction\n  default_pool_size: ", pool_size, "\n", pool_extra);
+}
+
+std::vector<pid_t> WorkerPids(pid_t supervisor) {
+  std::vector<pid_t> pids;
+  for (auto line : absl::StrSplit(RunCommandOutput(absl::StrCat("pgrep -P ", supervisor)), '\n')) {
+    int pid = 0;
+    if (absl::SimpleAtoi(line, &pid)) pids.push_back(pid);
+  }
+  return pids;
+}
+
+// Every worker forked and accepting: the port answers before all of them are (slow under the
+// sanitizers), and a client the kernel gives to a missing worker would wait in its backlog.
+void WaitForWorkers(const PgfleetProcess& fleet, size_t n) {
+  ASSERT_EQ(WaitFor([&] { return WorkerPids(fleet.pid()).size(); },
+                    [&](size_t count) { return count >= n; }, std::chrono::seconds(10)),
+            n);
+  // Each worker answers once it runs its loop; many connections reach all of them.
+  auto probe = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(probe)) << ErrorOf(probe);
+}
+
+// The sum over workers of a counter in /metrics.
+double MetricSum(const PgfleetProcess& fleet, const std::string& name) {
+  std::string body;
+  if (HttpGet(fleet.metrics_port(), "/metrics", &body) != 200) return -1;
+  double sum = 0;
+  for (auto line : absl::StrSplit(body, '\n')) {
+    if (!absl::StartsWith(line, name) || line.size() <= name.size() ||
+        (line[name.size()] != '{' && line[name.size()] != ' ')) {
+      continue;
+    }
+    double value = 0;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) sum += value;
+  }
+  return sum;
+}
+
+class PodPoolTest : public IntegrationTest {
+ protected:
+  // Runs `clients` connections doing `sql` in a loop for `duration`; returns the slowest query
+  // and counts the queries, sampling the server connections PostgreSQL sees meanwhile.
+  struct LoadResult {
+    std::chrono::milliseconds slowest{0};
+    int queries = 0;
+    int failures = 0;
+    int max_servers = 0;
+    std::string first_error;
+  };
+  LoadResult RunLoad(const PgfleetProcess& fleet, int clients, std::chrono::milliseconds duration) {
+    std::atomic<int64_t> slowest_ms{0};
+    std::atomic<int> queries{0};
+    std::atomic<int> failures{0};
+    std::atomic<bool> done{false};
+    std::mutex error_mu;
+    std::string first_error;
+    auto fail = [&](const ConnPtr& c) {
+      ++failures;
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (first_error.empty()) first_error = ErrorOf(c);
+    };
+    const auto deadline = Clock::now() + duration;
+    std::vector<std::thread> threads;
+    for (int i = 0; i < clients; ++i) {
+      threads.emplace_back([&] {
+        auto c = Connect(fleet.ConnString());
+        if (!Ok(c)) {
+          fail(c);
+          return;
+        }
+        for (int n = 0; n < 100000 && Clock::now() < deadline; ++n) {
+          const auto start = Clock::now();
+          if (!ResultOk(Exec(c, "SELECT 1"))) {
+            fail(c);
+            return;
+          }
+          const int64_t ms =
+              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+          int64_t seen = slowest_ms.load();
+          while (ms > seen && !slowest_ms.compare_exchange_weak(seen, ms)) {
+          }
+          ++queries;
+        }
+      });
+    }
+    int max_servers = 0;
+    std::thread sampler([&] {
+      while (!done) {
+        max_servers = std::max(max_servers, ServerConnections());
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+    for (auto& t : threads) t.join();
+    done = true;
+    sampler.join();
+    return {std::chrono::milliseconds(slowest_ms.load()), queries.load(), failures.load(),
+            max_servers, first_error};
+  }
+};
+
+TEST_F(PodPoolTest, LongQueriesDoNotStallClientsWhileThePodHasIdleServers) {
+  // The scenario: a pool of 4 for the pod, 4 workers, two long queries, eight clients.
+  // With a static quarter of the pool per worker, clients on the long queries' workers waited
+  // the whole 6 s; with one pool they take the pod's other servers.
+  PgfleetProcess fleet(PodConfig(4, 4));
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(fleet, 4));
+  std::vector<ConnPtr> sleepers;
+  for (int i = 0; i < 2; ++i) {
+    sleepers.push_back(Connect(fleet.ConnString()));
+    ASSERT_TRUE(Ok(sleepers.back())) << ErrorOf(sleepers.back());
+    ASSERT_EQ(PQsendQuery(sleepers.back().get(), "SELECT pg_sleep(6)"), 1);
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    return pg().QueryValue(
+               "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+               "query = 'SELECT pg_sleep(6)'") == "2";
+  }));
+  const LoadResult load = RunLoad(fleet, 8, std::chrono::seconds(3));
+  EXPECT_EQ(load.failures, 0) << load.first_error;
+  EXPECT_GT(load.queries, 80);
+  EXPECT_LT(load.slowest, std::chrono::milliseconds(1000));
+  // The pod never opened more than its pool's size, whatever each worker needed.
+  EXPECT_LE(load.max_servers, 4);
+  EXPECT_GE(load.max_servers, 3);
+  for (auto& c : sleepers) {
+    ResultPtr r(PQgetResult(c.get()));
+    EXPECT_TRUE(ResultOk(r)) << ErrorOf(c);
+  }
+}
+
+TEST_F(PodPoolTest, APoolSmallerThanTheWorkerCountServesEveryWorker) {
+  // A pool of 2 for 4 workers: with static shares two workers had no server at all.
+  PgfleetProcess fleet(PodConfig(4, 2, "  query_wait_timeout: 20s\n"));
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(fleet, 4));
+  const LoadResult load = RunLoad(fleet, 8, std::chrono::seconds(3));
+  EXPECT_EQ(load.failures, 0) << load.first_error;
+  EXPECT_GT(load.queries, 80);
+  EXPECT_LT(load.slowest, std::chrono::milliseconds(1000));
+  EXPECT_LE(load.max_servers, 2);
+  // Clients on workers without a server of their own were served by servers that moved.
+  EXPECT_TRUE(WaitFor([&] { return MetricSum(fleet, "pgfleet_server_handoffs_total") > 0; }));
+}
+
+TEST_F(PodPoolTest, AKilledWorkersServersReturnToThePod) {
+  PgfleetProcess fleet(PodConfig(2, 2, "  query_wait_timeout: 30s\n"));
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(fleet, 2));
+  // Two open transactions hold the pod's whole pool.
+  std::vector<ConnPtr> holders;
+  for (int i = 0; i < 2; ++i) {
+    holders.push_back(Connect(fleet.ConnString()));
+    ASSERT_TRUE(Ok(holders.back()));
+    ASSERT_TRUE(ResultOk(Exec(holders.back(), "BEGIN")));
+    ASSERT_TRUE(ResultOk(Exec(holders.back(), "SELECT 1")));
+  }
+  ASSERT_EQ(WaitFor([&] { return ServerConnections(); }, [](int n) { return n == 2; }), 2);
+  // SIGKILL every worker: none can give anything back itself.
+  for (pid_t pid : WorkerPids(fleet.pid())) kill(pid, SIGKILL);
+  const auto killed_at = Clock::now();
+  // The supervisor returns their room: a new client is served by a restarted worker, well
+  // before query_wait_timeout (30 s), which is where it would end if the room stayed taken.
+  bool served = false;
+  while (!served && Clock::now() - killed_at < std::chrono::seconds(10)) {
+    auto c = Connect(fleet.ConnString("postgres", "postgres", "connect_timeout=2"));
+    if (!Ok(c)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    ASSERT_EQ(PQsendQuery(c.get(), "SELECT 1"), 1);
+    pollfd fd{PQsocket(c.get()), POLLIN, 0};
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (Clock::now() < deadline && PQisBusy(c.get())) {
+      poll(&fd, 1, 50);
+      PQconsumeInput(c.get());
+    }
+    ASSERT_FALSE(PQisBusy(c.get())) << "the pod's room never came back";
+    ResultPtr r(PQgetResult(c.get()));
+    served = ResultOk(r);
+  }
+  EXPECT_TRUE(served);
+  EXPECT_LT(Clock::now() - killed_at, std::chrono::seconds(10));
+}
+
+TEST_F(PodPoolTest, AServerThatMovedKeepsPreparedStatementsAndParameters) {
+  // One server for the pod and two workers: whenever consecutive clients sit on different
+  // workers, the server moves. Each client's statement and application_name must be right on it.
+  PgfleetProcess fleet(PodConfig(2, 1, "  max_prepared_statements: 10\n"));
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(fleet, 2));
+  constexpr int kClients = 12;
+  std::vector<ConnPtr> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(Connect(fleet.ConnString()));
+    ASSERT_TRUE(Ok(clients.back())) << ErrorOf(clients.back());
+    ASSERT_TRUE(ResultOk(Exec(clients.back(), absl::StrCat("SET application_name = 'c", i, "'"))));
+    ResultPtr prepared(PQprepare(clients.back().get(), "double_it",
+                                 "SELECT $1::int * 2, current_setting('application_name')", 1,
+                                 nullptr));
+    ASSERT_TRUE(ResultOk(prepared)) << ErrorOf(clients.back());
+  }
+  for (int round = 0; round < 10; ++round) {
+    for (int i = 0; i < kClients; ++i) {
+      const std::string arg = std::to_string(round * 100 + i);
+      const char* values[] = {arg.c_str()};
+      ResultPtr r(PQexecPrepared(clients[i].get(), "double_it", 1, values, nullptr, nullptr, 0));
+      ASSERT_TRUE(ResultOk(r)) << "client " << i << " round " << round << ": "
+                               << ErrorOf(clients[i]);
+      EXPECT_EQ(std::string(PQgetvalue(r.get(), 0, 0)), std::to_string((round * 100 + i) * 2));
+      EXPECT_EQ(std::string(PQgetvalue(r.get(), 0, 1)), absl::StrCat("c", i));
+    }
+  }
+  EXPECT_EQ(ServerConnections(), 1);
+  // With twelve clients spread over two workers, the server moved between them.
+  EXPECT_TRUE(WaitFor([&] { return MetricSum(fleet, "pgfleet_server_handoffs_total") > 0; }));
+}
+
+}  // namespace
+}  // namespace pgfleet::testing

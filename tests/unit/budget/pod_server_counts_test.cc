@@ -1,0 +1,154 @@
+// The pod's server counts: two workers mapping one region must never hold more than a limit
+// together, and a dead worker's servers come back.
+#include "pooler/budget/pod_server_counts.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace pgfleet::budget {
+namespace {
+
+class PodServerCountsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto fd = PodServerCounts::CreateSharedRegion();
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    fd_ = *fd;
+    ASSERT_TRUE(a_.AttachShared(fd_, 1).ok());
+    ASSERT_TRUE(b_.AttachShared(fd_, 2).ok());
+  }
+  void TearDown() override { close(fd_); }
+
+  int fd_ = -1;
+  PodServerCounts a_, b_;
+};
+
+TEST_F(PodServerCountsTest, WorkersAgreeOnKeys) {
+  const auto pool = a_.Intern(PodServerCounts::PoolKeyText("app", "alice"));
+  ASSERT_TRUE(pool.has_value());
+  EXPECT_EQ(b_.Intern(PodServerCounts::PoolKeyText("app", "alice")), pool);
+  EXPECT_NE(b_.Intern(PodServerCounts::PoolKeyText("app", "bob")), pool);
+  // Names may hold any byte: ("a", "b:c") and ("a:b", "c") stay apart.
+  EXPECT_NE(a_.Intern(PodServerCounts::PoolKeyText("a", "b:c")),
+            a_.Intern(PodServerCounts::PoolKeyText("a:b", "c")));
+  EXPECT_NE(a_.Intern(PodServerCounts::PoolKeyText("1", "2")),
+            a_.Intern(PodServerCounts::PoolKeyText("12", "")));
+  EXPECT_EQ(a_.Intern(std::string(PodServerCounts::kMaxKeyLength + 1, 'x')), std::nullopt);
+}
+
+TEST_F(PodServerCountsTest, ALimitHoldsForThePodAndReservationsAreAllOrNone) {
+  const auto pool = *a_.Intern(PodServerCounts::PoolKeyText("app", "alice"));
+  const auto db = *a_.Intern(PodServerCounts::DatabaseKeyText("app"));
+  EXPECT_TRUE(a_.TryReserve({{pool, 2}, {db, 3}}));
+  EXPECT_TRUE(b_.TryReserve({{pool, 2}, {db, 3}}));
+  EXPECT_FALSE(a_.TryReserve({{pool, 2}, {db, 3}}));  // the pool is full in the pod
+  EXPECT_EQ(a_.Total(pool), 2);
+  EXPECT_EQ(a_.Mine(pool), 1);
+  EXPECT_EQ(b_.Mine(pool), 1);
+  // The database has room but the pool has none: the database's count is not taken.
+  EXPECT_EQ(a_.Total(db), 2);
+  b_.Release({pool, db});
+  EXPECT_EQ(a_.Total(pool), 1);
+  EXPECT_TRUE(a_.TryReserve({{pool, 2}, {db, 3}}));
+  // Negative: no room at all; 0: unlimited.
+  EXPECT_FALSE(a_.TryReserve({{db, -1}}));
+  EXPECT_TRUE(a_.TryReserve({{db, 0}}));
+  EXPECT_EQ(a_.Total(db), 3);
+}
+
+TEST_F(PodServerCountsTest, AHandOffMovesAServerWithoutChangingThePodTotal) {
+  const auto pool = *a_.Intern(PodServerCounts::PoolKeyText("app", "alice"));
+  ASSERT_TRUE(a_.TryReserve({{pool, 1}}));
+  a_.Transfer({pool}, a_.worker(), b_.worker());
+  EXPECT_EQ(a_.Mine(pool), 0);
+  EXPECT_EQ(b_.Mine(pool), 1);
+  EXPECT_EQ(a_.Total(pool), 1);
+  // Worker 2 dies: its server comes back to the pod.
+  PodServerCounts::ReleaseWorker(fd_, b_.worker());
+  EXPECT_EQ(a_.Total(pool), 0);
+  EXPECT_TRUE(a_.TryReserve({{pool, 1}}));
+}
+
+TEST_F(PodServerCountsTest, SiblingsSeeEachOthersIdleServersAndWaitingClients) {
+  const auto pool = *a_.Intern(PodServerCounts::PoolKeyText("app", "alice"));
+  EXPECT_EQ(a_.SiblingWithIdle(pool), std::nullopt);
+  b_.AddIdle(pool, 2);
+  a_.AddIdle(pool, 5);  // its own idle servers are not a sibling's
+  EXPECT_EQ(a_.SiblingWithIdle(pool), b_.worker());
+  EXPECT_EQ(b_.SiblingWithIdle(pool), a_.worker());
+  a_.AddWaiting(pool, 1);
+  EXPECT_EQ(b_.SiblingWaiting(pool), a_.worker());
+  EXPECT_EQ(a_.SiblingWaiting(pool), std::nullopt);
+  PodServerCounts::ReleaseWorker(fd_, a_.worker());
+  EXPECT_EQ(b_.SiblingWaiting(pool), std::nullopt);
+  EXPECT_EQ(b_.SiblingWithIdle(pool), std::nullopt);
+}
+
+TEST_F(PodServerCountsTest, ConcurrentReservationsNeverExceedTheLimit) {
+  const auto pool = *a_.Intern(PodServerCounts::PoolKeyText("app", "alice"));
+  constexpr int kLimit = 7;
+  std::atomic<int> granted{0};
+  std::vector<std::thread> threads;
+  for (PodServerCounts* counts : {&a_, &b_, &a_, &b_}) {
+    threads.emplace_back([&, counts] {
+      for (int i = 0; i < 2000; ++i) {
+        if (counts->TryReserve({{pool, kLimit}})) {
+          const int now = granted.fetch_add(1) + 1;
+          EXPECT_LE(now, kLimit);
+          granted.fetch_sub(1);
+          counts->Release({pool});
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(a_.Total(pool), 0);
+}
+
+TEST_F(PodServerCountsTest, AnotherProcessFindsTheSameKeys) {
+  // Workers are processes: a key must land in the same slot whatever the process (a per-process
+  // hash seed would give each worker its own count of the same pool).
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setenv("POD_COUNTS_FD", std::to_string(fd_).c_str(), 1);
+    execl("/proc/self/exe", "/proc/self/exe", "--gtest_filter=PodServerCountsChild.*", nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  const auto pool = *a_.Intern(PodServerCounts::PoolKeyText("app", "child"));
+  EXPECT_EQ(a_.Total(pool), 1);
+  EXPECT_FALSE(a_.TryReserve({{pool, 1}}));
+}
+
+// Run by AnotherProcessFindsTheSameKeys in a fresh process (a new exec: its own hash seeds).
+TEST(PodServerCountsChild, ReservesOneServerInTheParentsRegion) {
+  const char* fd_text = getenv("POD_COUNTS_FD");
+  if (fd_text == nullptr) GTEST_SKIP() << "run by AnotherProcessFindsTheSameKeys";
+  PodServerCounts counts;
+  ASSERT_TRUE(counts.AttachShared(atoi(fd_text), 7).ok());
+  const auto pool = counts.Intern(PodServerCounts::PoolKeyText("app", "child"));
+  ASSERT_TRUE(pool.has_value());
+  ASSERT_TRUE(counts.TryReserve({{*pool, 1}}));
+}
+
+TEST(PodServerCountsPrivate, WithoutASupervisorOneWorkerCountsAlone) {
+  PodServerCounts counts;
+  const auto pool = *counts.Intern(PodServerCounts::PoolKeyText("app", "alice"));
+  EXPECT_TRUE(counts.TryReserve({{pool, 1}}));
+  EXPECT_FALSE(counts.TryReserve({{pool, 1}}));
+  counts.AddIdle(pool, 1);
+  EXPECT_EQ(counts.SiblingWithIdle(pool), std::nullopt);
+}
+
+}  // namespace
+}  // namespace pgfleet::budget
