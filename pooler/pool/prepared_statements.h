@@ -100,7 +100,9 @@ enum class PendingAction : uint8_t { kForward, kHide, kFakeParseComplete, kFakeC
 struct Pending {
   PendingKind kind;
   PendingAction action;
-  StatementPtr statement;  // for Parse: the statement the server registers
+  // For a renamed Parse: the statement the server registers; for an eviction Close: the one it
+  // drops.
+  StatementPtr statement;
 };
 
 }  // namespace pgfleet::pool

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/algorithm/container.h"
+#include "absl/container/inlined_vector.h"
 #include "pooler/base/strings.h"
 #include "pooler/protocol/backend.h"
 #include "pooler/protocol/builders.h"
@@ -16,7 +18,7 @@ Relay::Relay(const RelaySettings& settings)
     : settings_(settings), backend_(settings.max_packet_size), params_(settings.tracked->size()) {}
 
 bool Relay::IsReleasable() const {
-  return expected_rfq_ == 0 && hidden_rfq_ == 0 && tx_status_ == 'I' && !backend_.mid_message() &&
+  return rfq_owed_.empty() && hidden_rfq_ == 0 && tx_status_ == 'I' && !backend_.mid_message() &&
          pending_.empty() &&
          (client_ == nullptr ||
           (!client_->in_copy_in && !client_->unsynced && !client_->mid_message()));
@@ -71,10 +73,17 @@ FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
       case 'Q':
       case 'S':
       case 'F':
-        if (expected_rfq_ == 0) query_started_at_ = now;
-        ++expected_rfq_;
-        if (settings_.track_prepared) PushPending(PendingKind::kSync, PendingAction::kForward);
         client.unsynced = false;
+        // PostgreSQL ignores a Sync in COPY FROM STDIN: nothing is owed for it.
+        if (piece.header.type == 'S' && client.in_copy_in) break;
+        if (!client.in_copy_in && !rfq_owed_.empty() && rfq_owed_.back() == kCopySync) {
+          // The first after an extended-protocol COPY: the answer owed for the COPY's batch.
+          rfq_owed_.back() = piece.header.type;
+        } else {
+          if (rfq_owed_.empty()) query_started_at_ = now;
+          rfq_owed_.push_back(piece.header.type);
+        }
+        if (settings_.track_prepared) PushPending(PendingKind::kSync, PendingAction::kForward);
         break;
       case 'E':
         if (settings_.track_prepared) PushPending(PendingKind::kExecute, PendingAction::kForward);
@@ -174,7 +183,7 @@ void Relay::TrackParameterStatus(std::span<const uint8_t> body) {
   }
 }
 
-bool Relay::OnPendingResponse(uint8_t type) {
+bool Relay::OnPendingResponse(uint8_t type, std::span<const uint8_t> body) {
   switch (type) {
     case '1':    // ParseComplete
     case '2':    // BindComplete
@@ -196,29 +205,22 @@ bool Relay::OnPendingResponse(uint8_t type) {
       if (!pending_.empty() && pending_.front().kind == PendingKind::kExecute) pending_.pop_front();
       return true;
     case 'E':
-      // The failing message is the head (unless it is a simple Query, answered by its 'Z').
+      // The failing message is the head (unless it is a simple Query, answered by its 'Z'); it
+      // stays there, undone with the messages skipped after it when the 'Z' comes.
       // Errors always reach the client: a failed re-Parse reports for the message that needed it.
       if (!pending_.empty() && pending_.front().kind != PendingKind::kSync) {
-        const Pending head = std::move(pending_.front());
-        pending_.pop_front();
-        if (head.kind == PendingKind::kParse && head.statement != nullptr) {
-          statements_.Remove(*head.statement);
-        }
         pipeline_failed_ = true;
+        // A renamed Parse refused because the server has the statement: pgfleet re-parsed it
+        // before it learned that an earlier batch's eviction Close was skipped. It is there.
+        if (pending_.front().kind == PendingKind::kParse && pending_.front().statement != nullptr) {
+          auto fields = protocol::ParseErrorFields(body);
+          failed_parse_exists_ =
+              fields.ok() && fields->sqlstate == protocol::sqlstate::kDuplicatePreparedStatement;
+        }
       }
       return true;
     case 'Z':
-      if (pipeline_failed_) {
-        // Everything up to the Sync was skipped: statements it would have created do not exist.
-        while (!pending_.empty() && pending_.front().kind != PendingKind::kSync) {
-          const Pending skipped = std::move(pending_.front());
-          pending_.pop_front();
-          if (skipped.kind == PendingKind::kParse && skipped.statement != nullptr) {
-            statements_.Remove(*skipped.statement);
-          }
-        }
-        pipeline_failed_ = false;
-      }
+      if (pipeline_failed_) UndoFailedPipeline();
       if (!pending_.empty() && pending_.front().kind == PendingKind::kSync) pending_.pop_front();
       return true;
     default:
@@ -226,9 +228,89 @@ bool Relay::OnPendingResponse(uint8_t type) {
   }
 }
 
+void Relay::UndoFailedPipeline() {
+  // The failing message and everything after it up to the Sync did not happen on the server. Each
+  // statement they name is left as it was before the first of them that names it: a Parse (pgfleet
+  // parses only what it believes the server lacks) means it was not there, an eviction Close means
+  // it still is. Later ones in the same batch (a re-Parse after the eviction) change nothing.
+  // The failing message is the head: a Parse of it refused with 42P05 says the statement is there.
+  bool head_exists = failed_parse_exists_;
+  absl::InlinedVector<const PreparedStatement*, 4> decided;
+  while (!pending_.empty() && pending_.front().kind != PendingKind::kSync) {
+    Pending skipped = std::move(pending_.front());
+    pending_.pop_front();
+    const bool exists = std::exchange(head_exists, false);
+    if (skipped.statement == nullptr || absl::c_linear_search(decided, skipped.statement.get())) {
+      continue;
+    }
+    decided.push_back(skipped.statement.get());
+    // A later batch already in flight that Parses or Closes it decides instead: the cache holds
+    // what that batch makes of it (a Parse that finds the statement there fails with 42P05 and
+    // puts it back, see 'E').
+    const auto next_sync = std::find_if(pending_.begin(), pending_.end(), [](const Pending& p) {
+      return p.kind == PendingKind::kSync;
+    });
+    if (std::any_of(next_sync, pending_.end(), [&](const Pending& p) {
+          return p.statement.get() == skipped.statement.get();
+        })) {
+      continue;
+    }
+    if (skipped.kind == PendingKind::kParse && !exists) {
+      statements_.Remove(*skipped.statement);
+    } else if (skipped.kind == PendingKind::kParse || skipped.kind == PendingKind::kClose) {
+      // Back in the cache, which may now be over max_prepared_statements: the next Add evicts
+      // down to it.
+      statements_.Adopt(std::move(skipped.statement));
+    }
+  }
+  pipeline_failed_ = false;
+  failed_parse_exists_ = false;
+}
+
+void Relay::OnCopyInResponse() {
+  // PostgreSQL ignores Sync in COPY FROM STDIN, so every Sync the client sent after the command
+  // that started this COPY gets no ReadyForQuery: drop them from what is owed. The command is in
+  // the oldest unanswered batch. A simple Query keeps its own answer; an extended-protocol COPY
+  // (libpq sends Parse/Bind/Execute/Sync before it knows the statement is a COPY) gets its answer
+  // with the client's first Sync (or Query) after the COPY ends: its batch's entry waits for it.
+  // Syncs sent during the COPY are never counted (FromClient). Entries other than Sync after the
+  // command would be protocol violations the server rejects; they are left alone.
+  if (rfq_owed_.empty()) return;  // the COPY's batch has no Sync yet: the next one is owed as usual
+  // With track_prepared each owed entry but kCopySync has a kSync in pending_, in the same order.
+  absl::InlinedVector<bool, 8> sync_dropped;
+  size_t kept = 0;
+  for (size_t i = 0; i < rfq_owed_.size(); ++i) {
+    const uint8_t type = rfq_owed_[i];
+    if (type == kCopySync) {
+      rfq_owed_[kept++] = type;
+      continue;
+    }
+    sync_dropped.push_back(type == 'S');
+    if (type != 'S') {
+      rfq_owed_[kept++] = type;
+    } else if (i == 0) {
+      rfq_owed_[kept++] = kCopySync;  // the COPY's own batch
+    }
+  }
+  rfq_owed_.resize(kept);
+  if (!settings_.track_prepared) return;
+  size_t sync = 0;
+  kept = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (pending_[i].kind == PendingKind::kSync && sync < sync_dropped.size() &&
+        sync_dropped[sync++]) {
+      continue;
+    }
+    if (kept != i) pending_[kept] = std::move(pending_[i]);
+    ++kept;
+  }
+  pending_.resize(kept);
+}
+
 bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayObserver& observer) {
   const bool hidden = hidden_rfq_ > 0;
-  const bool pass = hidden || (pending_.empty() && !pipeline_failed_) || OnPendingResponse(type);
+  const bool pass =
+      hidden || (pending_.empty() && !pipeline_failed_) || OnPendingResponse(type, body);
   if (type == 'C' && !body.empty()) {
     // DISCARD ALL / DEALLOCATE ALL drop every prepared statement on the server.
     auto tag = protocol::ParseCommandComplete(body);
@@ -245,7 +327,7 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
         --hidden_rfq_;
         return false;
       }
-      if (expected_rfq_ > 0) --expected_rfq_;
+      if (!rfq_owed_.empty()) rfq_owed_.pop_front();
       if (client_ != nullptr) observer.OnQueryAnswered();
       return client_ != nullptr && pass;
     }
@@ -253,7 +335,10 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
       TrackParameterStatus(body);
       return !hidden && client_ != nullptr;
     case 'G':
-      if (client_ != nullptr && !hidden) client_->in_copy_in = true;
+      if (client_ != nullptr && !hidden) {
+        client_->in_copy_in = true;
+        OnCopyInResponse();
+      }
       break;
     case 'E': {
       auto fields = protocol::ParseErrorFields(body);

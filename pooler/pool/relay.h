@@ -123,12 +123,12 @@ class Relay {
   // messages. Only then may the server serve another client.
   bool IsReleasable() const;
   bool in_transaction() const { return tx_status_ != 'I'; }
-  bool query_in_progress() const { return expected_rfq_ > 0; }
+  bool query_in_progress() const { return !rfq_owed_.empty(); }
   bool hidden_in_flight() const { return hidden_rfq_ > 0; }
   absl::Time query_started_at() const { return query_started_at_; }
   // A statement-mode client opened a transaction block: nothing is in flight and it is still open.
   bool TransactionLeftOpen() const {
-    return expected_rfq_ == 0 && hidden_rfq_ == 0 && tx_status_ != 'I';
+    return rfq_owed_.empty() && hidden_rfq_ == 0 && tx_status_ != 'I';
   }
 
   // Tracked parameters as the server has them now.
@@ -154,7 +154,9 @@ class Relay {
   }
   // Returns false when the backend message must not reach the client.
   bool OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayObserver& observer);
-  bool OnPendingResponse(uint8_t type);
+  bool OnPendingResponse(uint8_t type, std::span<const uint8_t> body);
+  void OnCopyInResponse();
+  void UndoFailedPipeline();
   void TrackParameterStatus(std::span<const uint8_t> body);
   void EmitReadyAnswers(RelayOutput& to_client);
 
@@ -170,14 +172,22 @@ class Relay {
   const RelaySettings& settings_;
   ClientStream* client_ = nullptr;
 
-  int expected_rfq_ = 0;  // ReadyForQuery owed for client Query/Sync/FunctionCall
-  int hidden_rfq_ = 0;    // ... and for pgfleet's own queries
+  // The client messages a ReadyForQuery is owed for, oldest first: 'Q' (Query), 'S' (Sync), 'F'
+  // (FunctionCall), or kCopySync. A deque rather than a count because PostgreSQL ignores Syncs in
+  // COPY FROM STDIN, and which owed answers that cancels depends on their order (OnCopyInResponse).
+  std::deque<uint8_t> rfq_owed_;
+  // An extended-protocol COPY FROM STDIN whose batch's Sync the server ignored: its ReadyForQuery
+  // comes with the client's first Sync (or Query, FunctionCall) after the COPY, which takes this
+  // entry over. Until then the COPY counts as a query in progress and holds the server.
+  static constexpr uint8_t kCopySync = 'c';
+  int hidden_rfq_ = 0;  // ReadyForQuery owed for pgfleet's own queries
   char tx_status_ = 'I';
   absl::Time query_started_at_;
   protocol::StreamDecoder backend_;
   bool backend_piece_hidden_ = false;  // the server message being streamed is swallowed
   std::deque<Pending> pending_;
-  bool pipeline_failed_ = false;  // an error: the server skips to the next Sync
+  bool pipeline_failed_ = false;      // an error: the server skips to the next Sync
+  bool failed_parse_exists_ = false;  // the failing message is a Parse of a statement it has
   ParamSet params_;
   ServerStatementCache statements_;
   protocol::StringSink scratch_;

@@ -15,7 +15,9 @@ void Relay::AppendParse(const StatementPtr& statement, PendingAction action) {
   for (const StatementPtr& evicted :
        statements_.Add(statement, settings_.max_prepared_statements)) {
     protocol::BuildClose(scratch_, 'S', evicted->server_name);
-    PushPending(PendingKind::kClose, PendingAction::kHide);
+    // With the statement: should an error earlier in the batch make the server skip this Close,
+    // the statement is still there and goes back into the cache (Relay::UndoFailedPipeline).
+    PushPending(PendingKind::kClose, PendingAction::kHide, evicted);
     ++counters.evictions;
   }
   const auto& tail = statement->parse_tail;

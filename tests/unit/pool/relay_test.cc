@@ -288,6 +288,74 @@ TEST(RelayTest, FailedCopyIsReleasedAtTheClientsCopyDone) {
   EXPECT_TRUE(link.relay().IsReleasable());
 }
 
+// libpq runs an extended-protocol COPY FROM STDIN as Parse/Bind/Execute/Sync, then CopyData,
+// CopyDone and another Sync. PostgreSQL ignores the first Sync (it arrives in copy-in mode): the
+// two Syncs get one ReadyForQuery, which must release the server.
+TEST(RelayTest, ExtendedCopyFromStdinOwesOneReadyForQueryForItsTwoSyncs) {
+  for (const bool track_prepared : {false, true}) {
+    SCOPED_TRACE(track_prepared ? "track_prepared" : "plain");
+    Link link(track_prepared);
+    link.FromClient(Parse("", "copy t from stdin") + Bind("") + Execute() + Sync());
+    link.FromServer(ParseComplete() + BindComplete() + CopyInResponse());
+    EXPECT_TRUE(link.client().in_copy_in);
+    EXPECT_TRUE(link.relay().query_in_progress()) << "the COPY is running";
+    link.FromClient(CopyData("1\n") + CopyDone());
+    EXPECT_FALSE(link.client().in_copy_in);
+    link.FromServer(Complete("COPY 1"));
+    EXPECT_FALSE(link.relay().IsReleasable()) << "the server waits for a Sync after the COPY";
+    EXPECT_TRUE(link.relay().query_in_progress());
+    link.FromClient(Sync());
+    EXPECT_EQ(link.FromServer(Ready('I')), Ready('I'));
+    EXPECT_TRUE(link.relay().IsReleasable());
+    EXPECT_FALSE(link.relay().query_in_progress());
+  }
+}
+
+// The same inside a transaction (statement mode must not take it for a transaction left open),
+// with a Sync sent during the COPY (ignored too) and the COPY failed by the client.
+TEST(RelayTest, SyncsSentDuringCopyFromStdinAreOwedNothing) {
+  for (const bool track_prepared : {false, true}) {
+    SCOPED_TRACE(track_prepared ? "track_prepared" : "plain");
+    Link link(track_prepared);
+    link.FromClient(Query("begin"));
+    link.FromServer(Complete("BEGIN") + Ready('T'));
+    link.FromClient(Parse("", "copy t from stdin") + Bind("") + Execute() + Sync());
+    link.FromServer(ParseComplete() + BindComplete() + CopyInResponse());
+    link.FromClient(CopyData("1\n") + Sync() + Typed('H', "") + CopyFail() + Sync());
+    EXPECT_FALSE(link.relay().TransactionLeftOpen());
+    link.FromServer(Error("57014") + Ready('E'));
+    EXPECT_FALSE(link.relay().query_in_progress());
+    EXPECT_TRUE(link.relay().TransactionLeftOpen());
+    link.FromClient(Query("rollback"));
+    link.FromServer(Complete("ROLLBACK") + Ready('I'));
+    EXPECT_TRUE(link.relay().IsReleasable());
+  }
+}
+
+// A simple Query's COPY keeps its own ReadyForQuery; a Sync pipelined after it is ignored.
+TEST(RelayTest, SyncAfterASimpleQueryCopyFromStdinIsIgnored) {
+  for (const bool track_prepared : {false, true}) {
+    SCOPED_TRACE(track_prepared ? "track_prepared" : "plain");
+    Link link(track_prepared);
+    link.FromClient(Query("copy t from stdin") + Sync());
+    link.FromServer(CopyInResponse());
+    link.FromClient(CopyData("1\n") + CopyDone());
+    link.FromServer(Complete("COPY 1") + Ready('I'));
+    EXPECT_TRUE(link.relay().IsReleasable());
+  }
+}
+
+// COPY TO STDOUT ends by itself: the Syncs around it are answered as usual.
+TEST(RelayTest, ExtendedCopyToStdoutAnswersEverySync) {
+  Link link(/*track_prepared=*/true);
+  link.FromClient(Parse("", "copy t to stdout") + Bind("") + Execute() + Sync() + Sync());
+  link.FromServer(ParseComplete() + BindComplete() + CopyOutResponse() + CopyData("1\n") +
+                  Typed('c', "") + Complete("COPY 1") + Ready('I'));
+  EXPECT_FALSE(link.relay().IsReleasable());
+  link.FromServer(Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
 TEST(RelayTest, CopyOutStreamsThroughInPieces) {
   Link link;
   link.FromClient(Query("copy t to stdout"));
@@ -393,6 +461,62 @@ TEST(RelayTest, EvictionClosesTheLeastRecentlyUsedStatementHidden) {
   EXPECT_EQ(link.FromServer(CloseComplete() + ParseComplete() + Ready('I')),
             ParseComplete() + Ready('I'));
   EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+// An error earlier in the batch makes PostgreSQL skip the eviction Close: the statement stays on
+// the server, and pgfleet must not Parse it again (42P05).
+TEST(RelayTest, EvictionCloseSkippedAfterAnErrorLeavesTheStatementOnTheServer) {
+  Link link(/*track_prepared=*/true);  // max_prepared_statements = 2
+  link.FromClient(Parse("a", "select 1") + Parse("b", "begin") + Sync());
+  link.FromServer(ParseComplete() + ParseComplete() + Ready('I'));
+  EXPECT_EQ(link.FromClient(Describe('P', "p") + Parse("c", "rollback") + Sync()),
+            Describe('P', "p") + Close('S', Renamed("select 1")) +
+                Parse(Renamed("rollback"), "rollback") + Sync());
+  link.FromServer(Error("34000") + Ready('I'));  // the Close and the Parse were skipped
+  EXPECT_TRUE(link.relay().IsReleasable());
+  EXPECT_EQ(link.relay().statements().size(), 2u);
+  EXPECT_EQ(link.FromClient(Bind("a") + Execute() + Sync()),
+            Bind(Renamed("select 1")) + Execute() + Sync());
+  link.FromServer(BindComplete() + Complete("SELECT 1") + Ready('I'));
+  // The cache still holds max_prepared_statements: "begin" is the least recently used.
+  EXPECT_EQ(link.FromClient(Parse("d", "select 4") + Sync()),
+            Close('S', Renamed("begin")) + Parse(Renamed("select 4"), "select 4") + Sync());
+}
+
+// In one skipped batch, a statement's first mention says what the server has: "select 1" evicted
+// and then re-parsed for a Bind is still there; "rollback", parsed and then evicted, is not.
+TEST(RelayTest, SkippedBatchLeavesEachStatementAsItsFirstMentionFoundIt) {
+  Link link(/*track_prepared=*/true);  // max_prepared_statements = 2
+  link.FromClient(Parse("a", "select 1") + Parse("b", "begin") + Sync());
+  link.FromServer(ParseComplete() + ParseComplete() + Ready('I'));
+  link.FromClient(Describe('P', "p") + Parse("c", "rollback") + Bind("a") + Parse("d", "select 4") +
+                  Sync());
+  link.FromServer(Error("34000") + Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+  EXPECT_EQ(link.relay().statements().size(), 2u);
+  EXPECT_EQ(link.FromClient(Bind("a") + Bind("b") + Sync()),
+            Bind(Renamed("select 1")) + Bind(Renamed("begin")) + Sync());
+  link.FromServer(BindComplete() + BindComplete() + Ready('I'));
+  EXPECT_EQ(link.FromClient(Bind("c") + Sync()), Close('S', Renamed("select 1")) +
+                                                     Parse(Renamed("rollback"), "rollback") +
+                                                     Bind(Renamed("rollback")) + Sync());
+}
+
+// A later batch sent before the failed one's answer came re-parses the evicted statement: the
+// server refuses with 42P05 (it still has it), once; then pgfleet knows it is there.
+TEST(RelayTest, ReParseRacingASkippedEvictionCloseFailsOnceThenTheStatementIsKnown) {
+  Link link(/*track_prepared=*/true);  // max_prepared_statements = 2
+  link.FromClient(Parse("a", "select 1") + Parse("b", "begin") + Sync());
+  link.FromServer(ParseComplete() + ParseComplete() + Ready('I'));
+  link.FromClient(Describe('P', "p") + Parse("c", "rollback") + Sync());
+  EXPECT_EQ(link.FromClient(Bind("a") + Execute() + Sync()),
+            Close('S', Renamed("begin")) + Parse(Renamed("select 1"), "select 1") +
+                Bind(Renamed("select 1")) + Execute() + Sync());
+  link.FromServer(Error("34000") + Ready('I'));
+  link.FromServer(CloseComplete() + Error("42P05") + Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+  EXPECT_EQ(link.FromClient(Bind("a") + Execute() + Sync()),
+            Bind(Renamed("select 1")) + Execute() + Sync());
 }
 
 TEST(RelayTest, EvictionFollowsUseNotPreparationOrder) {
