@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -41,10 +42,12 @@ struct PodServerCounts::Slot {
 };
 
 struct PodServerCounts::Region {
+  std::atomic<uint32_t> max_worker;  // the highest worker id that attached (bounds scans)
   Slot slots[kKeys];
   std::atomic<int32_t> open[kWorkers][kKeys];
   std::atomic<int32_t> idle[kWorkers][kKeys];
   std::atomic<int32_t> waiting[kWorkers][kKeys];
+  std::atomic<int64_t> oldest_wait[kWorkers][kKeys];
 };
 
 PodServerCounts::Region* PodServerCounts::Map(int fd) {
@@ -71,6 +74,7 @@ void PodServerCounts::ReleaseWorker(int region_fd, uint32_t worker) {
     if (held != 0) region->slots[key].total.fetch_sub(held);
     const int32_t idle = region->idle[worker][key].exchange(0);
     if (idle != 0) region->slots[key].idle_total.fetch_sub(idle);
+    region->oldest_wait[worker][key].store(0);
     const int32_t waiting = region->waiting[worker][key].exchange(0);
     if (waiting != 0) region->slots[key].waiting_total.fetch_sub(waiting);
   }
@@ -95,6 +99,9 @@ absl::Status PodServerCounts::AttachShared(int region_fd, uint32_t worker) {
   region_ = shared;
   shared_ = true;
   worker_ = worker % kWorkers;
+  uint32_t seen = region_->max_worker.load();
+  while (seen < worker_ && !region_->max_worker.compare_exchange_weak(seen, worker_)) {
+  }
   return absl::OkStatus();
 }
 
@@ -195,7 +202,8 @@ std::optional<uint32_t> PodServerCounts::BusiestSibling(
   if (!shared_) return std::nullopt;
   std::optional<uint32_t> best;
   int32_t most = 0;
-  for (uint32_t worker = 1; worker < kWorkers; ++worker) {
+  const uint32_t limit = WorkerLimit();
+  for (uint32_t worker = 1; worker <= limit; ++worker) {
     if (worker == worker_) continue;
     const int32_t n = per_worker[worker][key].load(std::memory_order_relaxed);
     if (n > most) {
@@ -204,6 +212,27 @@ std::optional<uint32_t> PodServerCounts::BusiestSibling(
     }
   }
   return best;
+}
+
+void PodServerCounts::SetOldestWait(Key pool, int64_t since_us) {
+  region_->oldest_wait[worker_][pool].store(since_us, std::memory_order_relaxed);
+}
+
+std::optional<PodServerCounts::Waiter> PodServerCounts::OldestWaitingSibling(Key pool) const {
+  if (!shared_) return std::nullopt;
+  std::optional<Waiter> oldest;
+  const uint32_t limit = WorkerLimit();
+  for (uint32_t worker = 1; worker <= limit; ++worker) {
+    if (worker == worker_) continue;
+    if (region_->waiting[worker][pool].load(std::memory_order_relaxed) <= 0) continue;
+    const int64_t since = region_->oldest_wait[worker][pool].load(std::memory_order_relaxed);
+    if (since > 0 && (!oldest.has_value() || since < oldest->since_us)) oldest = {worker, since};
+  }
+  return oldest;
+}
+
+uint32_t PodServerCounts::WorkerLimit() const {
+  return std::min(kWorkers - 1, region_->max_worker.load(std::memory_order_relaxed));
 }
 
 int PodServerCounts::WaitingTotal(Key pool) const {

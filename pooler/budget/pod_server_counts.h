@@ -80,6 +80,16 @@ class PodServerCounts {
   std::optional<uint32_t> SiblingWaiting(Key pool) const;
   // Clients waiting for `pool` in the whole pod (this worker's included).
   int WaitingTotal(Key pool) const;
+  // When this worker's longest-waiting client of `pool` started waiting (monotonic
+  // microseconds), 0 when none waits.
+  void SetOldestWait(Key pool, int64_t since_us);
+  // The sibling whose client of `pool` has waited longest, and since when; nullopt when no
+  // sibling waits.
+  struct Waiter {
+    uint32_t worker;
+    int64_t since_us;
+  };
+  std::optional<Waiter> OldestWaitingSibling(Key pool) const;
 
  private:
   struct Slot;
@@ -87,6 +97,8 @@ class PodServerCounts {
   static Region* Map(int fd);
   std::optional<uint32_t> BusiestSibling(const std::atomic<int32_t> (*per_worker)[kKeys],
                                          Key key) const;
+  // Scans stop at the highest worker id that ever attached.
+  uint32_t WorkerLimit() const;
 
   Region* region_ = nullptr;
   bool shared_ = false;

@@ -232,6 +232,13 @@ void Pool::PublishPodCounts() {
   if (waiting != published_waiting_) pod.AddWaiting(keys->pool, waiting - published_waiting_);
   published_idle_ = idle;
   published_waiting_ = waiting;
+  // The queue is FIFO: its front waited longest.
+  const ClientConn* oldest = clients_[ClientState::kWaiting].front();
+  const int64_t since = oldest != nullptr ? absl::ToUnixMicros(oldest->wait_started_at()) : 0;
+  if (since != published_oldest_wait_us_) {
+    pod.SetOldestWait(keys->pool, since);
+    published_oldest_wait_us_ = since;
+  }
 }
 
 void Pool::OnServerConnected(ServerConn* server) { MoveServer(server, ServerState::kLogin); }

@@ -202,11 +202,11 @@ class Pool {
   // What this worker last told the pod of its idle servers and waiting clients of the pool.
   int published_idle_ = 0;
   int published_waiting_ = 0;
+  int64_t published_oldest_wait_us_ = 0;
   absl::Time next_connect_allowed_ = absl::InfinitePast();
   int consecutive_connect_failures_ = 0;
   bool paused_ = false;
   absl::Time sibling_asked_at_ = absl::InfinitePast();
-  double yield_credit_ = 0;
   std::optional<PodKeys> pod_keys_;
   bool pod_keys_known_ = false;  // YieldToSibling's share of releases owed to siblings
   bool serve_scheduled_ = false;

@@ -14,6 +14,11 @@ namespace {
 // One request at a time per pool: a sibling answers within microseconds, or it had nothing
 // (its idle server was taken meanwhile) and the next ServeWaiting asks again.
 constexpr absl::Duration kAskAgainAfter = absl::Milliseconds(20);
+// A released server goes to a sibling only when the sibling's oldest client has waited more than
+// twice as long as this worker's, plus this: queues that move at the same pace (a balanced load,
+// however busy) move no servers, while a queue stuck behind long queries gets servers within
+// milliseconds. Well above a hand-off's cost, well below what a user notices.
+constexpr absl::Duration kYieldAfter = absl::Milliseconds(5);
 }  // namespace
 
 void Pool::AskSiblingForServer() {
@@ -45,10 +50,10 @@ void Pool::OfferIdleServerToSibling() {
   }
   const auto keys = PodKeysOf();
   if (!keys.has_value()) return;
+  budget::PodServerCounts& pod = registry_->budget().pod();
   // One load in the common case: nobody in the pod waits for this pool.
-  if (const auto sibling = registry_->budget().pod().SiblingWaiting(keys->pool)) {
-    GiveIdleServer(*sibling);
-  }
+  if (pod.WaitingTotal(keys->pool) <= 0) return;
+  if (const auto oldest = pod.OldestWaitingSibling(keys->pool)) GiveIdleServer(oldest->worker);
 }
 
 void Pool::GiveIdleServer(uint32_t to) {
@@ -62,16 +67,19 @@ bool Pool::YieldToSibling(ServerConn* server) {
   const auto keys = PodKeysOf();
   if (!keys.has_value()) return false;
   budget::PodServerCounts& pod = registry_->budget().pod();
-  const int total = pod.WaitingTotal(keys->pool);
-  const int mine = static_cast<int>(waiting_count());
-  if (total <= mine) return false;  // nobody else in the pod waits: the common case, one load
-  // Every worker's clients wait for the pod's busy servers: released servers go where clients
-  // wait, in proportion, so a worker that holds the servers cannot starve its siblings.
-  yield_credit_ += static_cast<double>(total - mine) / total;
-  if (yield_credit_ < 1.0) return false;
-  yield_credit_ -= 1.0;
-  const auto sibling = pod.SiblingWaiting(keys->pool);
-  return sibling.has_value() && HandOver(server, *sibling);
+  // Nobody else in the pod waits: the common case, one load.
+  if (pod.WaitingTotal(keys->pool) <= static_cast<int>(waiting_count())) return false;
+  // Every worker's clients wait for the pod's busy servers. A released server stays for this
+  // worker's queue unless a sibling's client has waited clearly longer (kYieldAfter).
+  const auto oldest = pod.OldestWaitingSibling(keys->pool);
+  if (!oldest.has_value()) return false;
+  const ClientConn* mine = clients_[ClientState::kWaiting].front();
+  const absl::Time now = context_.loop().now();
+  const absl::Duration my_wait =
+      mine != nullptr ? now - mine->wait_started_at() : absl::ZeroDuration();
+  const absl::Duration their_wait = now - absl::FromUnixMicros(oldest->since_us);
+  if (their_wait <= 2 * my_wait + kYieldAfter) return false;
+  return HandOver(server, oldest->worker);
 }
 
 bool Pool::HandOver(ServerConn* server, uint32_t to) {
@@ -83,7 +91,10 @@ bool Pool::HandOver(ServerConn* server, uint32_t to) {
   message.user = user_;
   if (server->tls_established() || server->has_pending_output() || !server->in().empty()) {
     // A TLS session cannot move between processes: close it, so the sibling opens its own.
-    server->Close("closed to free room for a sibling worker");
+    server->Close(server->tls_established() ? "closed to free room for a sibling worker (TLS)"
+                  : server->has_pending_output()
+                      ? "closed to free room for a sibling worker (output pending)"
+                      : "closed to free room for a sibling worker (input pending)");
     message.kind = HandoffMessage::Kind::kRoom;
     mover->Send(to, message, -1);
     return true;

@@ -67,6 +67,18 @@ double MetricSum(const PgfleetProcess& fleet, const std::string& name) {
   return sum;
 }
 
+// The log lines about server connections opening and closing, to explain a count.
+std::string ServerEvents(const PgfleetProcess& fleet) {
+  std::string out;
+  for (auto line : absl::StrSplit(fleet.Log(), '\n')) {
+    if (absl::StrContains(line, "server_login") || absl::StrContains(line, "server_disconnect") ||
+        absl::StrContains(line, "server_connect") || absl::StrContains(line, "handoff")) {
+      absl::StrAppend(&out, line, "\n");
+    }
+  }
+  return out;
+}
+
 class PodPoolTest : public IntegrationTest {
  protected:
   // Runs `clients` connections doing `sql` in a loop for `duration`; returns the slowest query
@@ -151,7 +163,7 @@ TEST_F(PodPoolTest, LongQueriesDoNotStallClientsWhileThePodHasIdleServers) {
   EXPECT_GT(load.queries, 80);
   EXPECT_LT(load.slowest, std::chrono::milliseconds(1000));
   // The pod never opened more than its pool's size, whatever each worker needed.
-  EXPECT_LE(load.max_servers, 4);
+  EXPECT_LE(load.max_servers, 4) << ServerEvents(fleet);
   EXPECT_GE(load.max_servers, 3);
   for (auto& c : sleepers) {
     ResultPtr r(PQgetResult(c.get()));
@@ -167,7 +179,7 @@ TEST_F(PodPoolTest, APoolSmallerThanTheWorkerCountServesEveryWorker) {
   EXPECT_EQ(load.failures, 0) << load.first_error;
   EXPECT_GT(load.queries, 80);
   EXPECT_LT(load.slowest, std::chrono::milliseconds(1000));
-  EXPECT_LE(load.max_servers, 2);
+  EXPECT_LE(load.max_servers, 2) << ServerEvents(fleet);
   // Clients on workers without a server of their own were served by servers that moved.
   EXPECT_TRUE(WaitFor([&] { return MetricSum(fleet, "pgfleet_server_handoffs_total") > 0; }));
 }
@@ -241,6 +253,61 @@ TEST_F(PodPoolTest, AServerThatMovedKeepsPreparedStatementsAndParameters) {
   EXPECT_EQ(ServerConnections(), 1);
   // With twelve clients spread over two workers, the server moved between them.
   EXPECT_TRUE(WaitFor([&] { return MetricSum(fleet, "pgfleet_server_handoffs_total") > 0; }));
+}
+
+TEST_F(PodPoolTest, MinPoolSizeIsThePods) {
+  // min_pool_size 3 for a pod of 4 workers, and one client: the worker it landed on keeps 3
+  // servers ahead of demand for the pod (a static quarter of it would have been 1).
+  PgfleetProcess fleet(PodConfig(4, 4, "  min_pool_size: 3\n"));
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(fleet, 4));
+  auto client = Connect(fleet.ConnString());
+  ASSERT_TRUE(ResultOk(Exec(client, "SELECT 1"))) << ErrorOf(client);
+  EXPECT_EQ(WaitFor([&] { return ServerConnections(); }, [](int n) { return n >= 3; }), 3);
+  // The janitor runs every 100 ms: over a second it opens no more.
+  int most = 0;
+  WaitFor(
+      [&] {
+        most = std::max(most, ServerConnections());
+        return false;
+      },
+      std::chrono::seconds(1), std::chrono::milliseconds(50));
+  EXPECT_EQ(most, 3);
+}
+
+TEST_F(PodPoolTest, ACancelStopsAQueryOnAServerThatMoved) {
+  // One server for two workers: it moves between clients of both; a cancel for any of them
+  // reaches the backend that server holds, through whichever worker the CancelRequest lands on.
+  PgfleetProcess fleet(PodConfig(2, 1));
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(fleet, 2));
+  std::vector<ConnPtr> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.push_back(Connect(fleet.ConnString()));
+    ASSERT_TRUE(ResultOk(Exec(clients.back(), "SELECT 1"))) << ErrorOf(clients.back());
+  }
+  ASSERT_TRUE(WaitFor([&] { return MetricSum(fleet, "pgfleet_server_handoffs_total") > 0; }));
+  for (auto& c : clients) {
+    ASSERT_EQ(PQsendQuery(c.get(), "SELECT pg_sleep(30)"), 1);
+    ASSERT_TRUE(WaitFor([&] {
+      return pg().QueryValue(
+                 "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+                 "query = 'SELECT pg_sleep(30)'") == "1";
+    }));
+    PGcancel* cancel = PQgetCancel(c.get());
+    char err[256];
+    EXPECT_EQ(PQcancel(cancel, err, sizeof(err)), 1) << err;
+    PQfreeCancel(cancel);
+    const auto sent = Clock::now();
+    pollfd fd{PQsocket(c.get()), POLLIN, 0};
+    while (PQisBusy(c.get()) && Clock::now() - sent < std::chrono::seconds(5)) {
+      poll(&fd, 1, 20);
+      PQconsumeInput(c.get());
+    }
+    ASSERT_FALSE(PQisBusy(c.get())) << "the cancel did not reach the query";
+    ResultPtr r(PQgetResult(c.get()));
+    EXPECT_EQ(SqlState(r), "57014");
+    while (ResultPtr rest{PQgetResult(c.get())}) {
+    }
+  }
 }
 
 }  // namespace
