@@ -41,7 +41,6 @@ HandoffChannel::HandoffChannel(net::EventLoop& loop, std::string runtime_dir,
                                uint32_t local_peer_id, MessageCallback on_message)
     : loop_(loop),
       runtime_dir_(std::move(runtime_dir)),
-      local_peer_id_(local_peer_id),
       on_message_(std::move(on_message)),
       path_(SocketPath(runtime_dir_, local_peer_id)) {}
 

@@ -40,7 +40,6 @@ class HandoffChannel final : public pool::ServerMover {
 
   net::EventLoop& loop_;
   std::string runtime_dir_;
-  uint32_t local_peer_id_;
   MessageCallback on_message_;
   std::string path_;
   std::unique_ptr<Listener> listener_;
