@@ -1,16 +1,13 @@
-// Client authentication: md5 and SCRAM-SHA-256 challenges against the user's stored secret.
-#include <sys/socket.h>
+// Client authentication, the I/O side: admission (hba, login slots), the frame loop of the
+// password exchange (client_password.h decides) and what a login's end means for the client.
+#include <utility>
 
 #include "pooler/auth/hba.h"
-#include "pooler/auth/md5.h"
-#include "pooler/auth/secret.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/pool/client_conn.h"
+#include "pooler/pool/client_password.h"
 #include "pooler/pool/pool.h"
-#include "pooler/protocol/builders.h"
-#include "pooler/protocol/frame.h"
-#include "pooler/protocol/frontend.h"
 #include "pooler/protocol/sqlstate.h"
 #include "pooler/protocol/stream_decoder.h"
 
@@ -27,58 +24,18 @@ constexpr uint32_t kMaxAuthMessage = 16 * 1024;
 }  // namespace
 
 void ClientConn::ContinueAuthWithSecret(const std::string& secret) {
-  secret_ = secret;
-  const auto kind = auth::ClassifySecret(secret);
-  const auto type = EffectiveAuthType();
-  protocol::StringSink sink;
-  bool use_scram = type == config::AuthType::kScramSha256 ||
-                   (type == config::AuthType::kMd5 && kind == auth::SecretKind::kScramSha256);
-  if (kind == auth::SecretKind::kEmpty || (use_scram && kind == auth::SecretKind::kMd5)) {
-    // Still run a challenge so a missing user looks like a wrong password; it cannot succeed.
-    secret_.clear();
+  ClientPasswordOptions options;
+  options.user = user_;
+  options.secret = secret;
+  options.method = EffectiveAuthType();
+  // Hashing the certificate is cheap next to the handshake; md5 logins just leave it unused.
+  if (tls_established()) options.tls_server_end_point = tls()->ServerEndPoint();
+  password_.emplace(std::move(options), context_.random());
+  const PasswordVerdict verdict = password_->Start();
+  if (verdict.outcome == PasswordVerdict::Outcome::kContinue) {
+    host_.MoveClient(this, ClientState::kAuth);
   }
-  if (use_scram) {
-    auth::ScramSecret scram_secret;
-    if (kind == auth::SecretKind::kScramSha256) {
-      auto parsed = auth::ParseScramSecret(secret);
-      if (!parsed.ok()) {
-        PGFLEET_LOG(kWarning, "auth_secret_invalid", "user=", base::LogQuote(user_));
-        Fatal(protocol::sqlstate::kInvalidPassword,
-              base::StrCat("password authentication failed for user \"", user_, "\""));
-        return;
-      }
-      scram_secret = *parsed;
-    } else {
-      uint8_t salt[16];
-      context_.random().Fill(salt);
-      if (secret_.empty()) {
-        // An unknown user gets random keys, so no proof can match. No PBKDF2 for them: 4096
-        // rounds on the event loop per attempt would let unauthenticated clients stall the worker.
-        scram_secret.iterations = auth::kDefaultScramIterations;
-        scram_secret.salt.assign(salt, salt + sizeof(salt));
-        context_.random().Fill(scram_secret.stored_key);
-        context_.random().Fill(scram_secret.server_key);
-      } else {
-        scram_secret = auth::MakeScramSecret(secret_, salt, auth::kDefaultScramIterations);
-      }
-    }
-    // Over TLS, offer channel binding too (PostgreSQL lists -PLUS first); libpq's
-    // channel_binding=require then proves no one terminated TLS in between.
-    std::optional<std::vector<uint8_t>> binding;
-    if (tls_established()) binding = tls()->ServerEndPoint();
-    const bool offer_plus = binding.has_value();
-    scram_.emplace(std::move(scram_secret), context_.random(), std::move(binding));
-    scram_first_done_ = false;
-    std::vector<std::string_view> mechanisms;
-    if (offer_plus) mechanisms.push_back(auth::kScramSha256Plus);
-    mechanisms.push_back(auth::kScramSha256);
-    protocol::BuildAuthenticationSasl(sink, mechanisms);
-  } else {
-    context_.random().Fill(md5_salt_);
-    protocol::BuildAuthenticationMd5(sink, md5_salt_);
-  }
-  host_.MoveClient(this, ClientState::kAuth);
-  if (!Send(AsBytes(sink.bytes()))) Close("write failed");
+  ApplyPasswordVerdict(verdict);
 }
 
 void ClientConn::HandleAuthData() {
@@ -86,75 +43,55 @@ void ClientConn::HandleAuthData() {
     const auto message = protocol::StreamDecoder(kMaxAuthMessage).Peek(in_.Readable());
     if (message.kind == protocol::StreamDecoder::Kind::kNeedMore) return;
     if (message.kind == protocol::StreamDecoder::Kind::kProtocolError ||
-        message.header.type != 'p') {
-      ++context_.counters().protocol_errors;
-      Fatal(protocol::sqlstate::kProtocolViolation, "expected password response");
+        !ClientPasswordExchange::Expects(message.header.type)) {
+      ApplyPasswordVerdict(ClientPasswordExchange::UnexpectedMessage());
       return;
     }
     if (!message.whole()) return;
-    std::string body(reinterpret_cast<const char*>(message.body().data()), message.body().size());
+    // The verdict owns what it sends, so the message can go before it is applied.
+    const PasswordVerdict verdict = password_->OnMessage(message.header.type, message.body());
     in_.Consume(message.header.total_size());
-    auto bytes = AsBytes(body);
-    const std::string failed =
-        base::StrCat("password authentication failed for user \"", user_, "\"");
-
-    if (!scram_.has_value()) {
-      auto password = protocol::ParsePasswordMessage(bytes);
-      if (!password.ok()) {
-        Fatal(protocol::sqlstate::kProtocolViolation, base::Sv(password.status().message()));
-        return;
-      }
-      if (secret_.empty() || !auth::VerifyMd5Response(secret_, user_, md5_salt_, *password)) {
-        ++context_.counters().login_failures;
-        PGFLEET_LOG(kWarning, "client_auth_failed", "client=", id_, " addr=", peer_address_,
-                    " user=", base::LogQuote(user_), " method=md5");
-        Fatal(protocol::sqlstate::kInvalidPassword, failed);
-        return;
-      }
-      FinishLogin();
-      return;
-    }
-
-    protocol::StringSink sink;
-    if (!scram_first_done_) {
-      auto initial = protocol::ParseSaslInitialResponse(bytes);
-      const bool plus = initial.ok() && initial->mechanism == auth::kScramSha256Plus;
-      if (!initial.ok() || (initial->mechanism != auth::kScramSha256 && !plus)) {
-        Fatal(protocol::sqlstate::kProtocolViolation,
-              "client selected an invalid SASL authentication mechanism");
-        return;
-      }
-      auto server_first = scram_->HandleClientFirst(initial->data, plus);
-      if (!server_first.ok()) {
-        Fatal(protocol::sqlstate::kProtocolViolation, base::Sv(server_first.status().message()));
-        return;
-      }
-      scram_first_done_ = true;
-      protocol::BuildAuthenticationSaslContinue(sink, *server_first);
-      if (!Send(AsBytes(sink.bytes()))) return Close("write failed");
-      continue;
-    }
-    auto server_final = scram_->HandleClientFinal(body);
-    if (!server_final.ok() || secret_.empty()) {
-      ++context_.counters().login_failures;
-      PGFLEET_LOG(kWarning, "client_auth_failed", "client=", id_, " addr=", peer_address_,
-                  " user=", base::LogQuote(user_), " method=scram-sha-256");
-      Fatal(protocol::sqlstate::kInvalidPassword, failed);
-      return;
-    }
-    protocol::BuildAuthenticationSaslFinal(sink, *server_final);
-    if (!Send(AsBytes(sink.bytes()))) return Close("write failed");
-    FinishLogin();
-    return;
+    ApplyPasswordVerdict(verdict);
   }
 }
 
-void ClientConn::FinishLogin() {
+void ClientConn::ApplyPasswordVerdict(const PasswordVerdict& verdict) {
+  using Outcome = PasswordVerdict::Outcome;
+  switch (verdict.outcome) {
+    case Outcome::kContinue:
+    case Outcome::kAuthenticated: {
+      if (!verdict.to_client.bytes().empty() && !Send(AsBytes(verdict.to_client.bytes()))) {
+        Close("write failed");
+        return;
+      }
+      if (verdict.outcome == Outcome::kContinue) return;
+      const std::string secret = password_->secret();
+      password_.reset();
+      FinishLogin(secret, verdict.scram_client_key);
+      return;
+    }
+    case Outcome::kFailed:
+      if (verdict.bad_stored_secret) {
+        PGFLEET_LOG(kWarning, "auth_secret_invalid", "user=", base::LogQuote(user_));
+      } else {
+        ++context_.counters().login_failures;
+        PGFLEET_LOG(kWarning, "client_auth_failed", "client=", id_, " addr=", peer_address_,
+                    " user=", base::LogQuote(user_), " method=", verdict.method);
+      }
+      Fatal(verdict.sqlstate, verdict.message);
+      return;
+    case Outcome::kProtocolError:
+      if (verdict.unexpected_message) ++context_.counters().protocol_errors;
+      Fatal(protocol::sqlstate::kProtocolViolation, verdict.message);
+      return;
+  }
+}
+
+void ClientConn::FinishLogin(const std::string& secret,
+                             const std::optional<auth::ScramKey>& scram_client_key) {
   EndLogin();
   const auto& config = context_.config();
   if (admin_console_) {
-    scram_.reset();
-    secret_.clear();
     host_.MoveClient(this, ClientState::kAdmin);
     ParamSet defaults(context_.tracked_params().size());
     SendWelcome({{"server_version", "15.0 (pgfleet)"},
@@ -181,19 +118,15 @@ void ClientConn::FinishLogin() {
     } else if (auto it = context_.userlist().find(db->user); it != context_.userlist().end()) {
       creds.secret = it->second;
     }
-  } else if (!secret_.empty()) {
-    if (creds.secret != secret_) {
-      creds.secret = secret_;
+  } else if (!secret.empty()) {
+    if (creds.secret != secret) {
+      creds.secret = secret;
       creds.scram_client_key.reset();
     }
-    if (scram_.has_value() && auth::ClassifySecret(secret_) == auth::SecretKind::kScramSha256) {
-      creds.scram_client_key = scram_->client_key();
-    }
+    if (scram_client_key.has_value()) creds.scram_client_key = scram_client_key;
   } else if (auto it = context_.userlist().find(user_); it != context_.userlist().end()) {
     creds.secret = it->second;  // trust toward clients, password toward the server
   }
-  scram_.reset();
-  secret_.clear();
   pool_->AddClient(this);
 }
 

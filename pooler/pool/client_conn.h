@@ -2,7 +2,6 @@
 // auth_file or auth_query) and its half of the relay (relay.h decides what passes to the server).
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -13,6 +12,7 @@
 #include "pooler/base/intrusive_list.h"
 #include "pooler/config/config.h"
 #include "pooler/net/connection.h"
+#include "pooler/pool/client_password.h"
 #include "pooler/pool/connection_state.h"
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/relay.h"
@@ -125,7 +125,14 @@ class ClientConn final : public net::Connection, public base::ListNode {
   // short, or one being relayed in pieces): at EOF such a client gets a FATAL, not silence.
   bool EndsInsidePacket() const;
   void ContinueAuthWithSecret(const std::string& secret);
-  void FinishLogin();
+  // Sends the verdict's bytes and acts on its outcome: wait for more, log the client in, or
+  // count, log and FATAL a failure. client_auth.cc.
+  void ApplyPasswordVerdict(const PasswordVerdict& verdict);
+  // The client is in: the console, or its pool. `secret` is the stored secret it proved to know
+  // ("" under trust) and `scram_client_key` what its SCRAM proof gave, for the pool's server
+  // logins.
+  void FinishLogin(const std::string& secret = {},
+                   const std::optional<auth::ScramKey>& scram_client_key = std::nullopt);
   void HandleLoggedInData();
   void HandleAdminData();
   // An idle client's DEALLOCATE of a renamed statement, answered without a server
@@ -153,10 +160,7 @@ class ClientConn final : public net::Connection, public base::ListNode {
   bool cancel_key_registered_ = false;
 
   // Authentication in progress.
-  std::string secret_;
-  std::array<uint8_t, 4> md5_salt_{};
-  std::optional<auth::ScramServerExchange> scram_;
-  bool scram_first_done_ = false;
+  std::optional<ClientPasswordExchange> password_;
   ServerConn* auth_query_server_ = nullptr;  // running our auth_query, if any
 
   bool holds_client_slot_ = false;
