@@ -59,7 +59,7 @@ if [[ "${SKIP_SANITIZE:-0}" != 1 ]]; then
 fi
 
 # libFuzzer targets (clang, ASan+UBSan, from build-asan) over their seed corpora; a crash fails
-# the run. FUZZ_SECONDS per target (6 targets); SKIP_FUZZ=1 skips them.
+# the run. FUZZ_SECONDS per target (every target of tests/fuzz/run.sh); SKIP_FUZZ=1 skips them.
 if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-10} tests/fuzz/run.sh || failed=1
 fi

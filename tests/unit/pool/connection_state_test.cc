@@ -160,12 +160,14 @@ TEST(StateListsDeathTest, AMoveIntoAStateTheOwnerDoesNotHoldIsABug) {
 }
 #else
 TEST(StateLists, AnImpossibleMoveIsCountedInReleaseBuilds) {
-  FakeLists pool{ClientState::kIdle, ClientState::kActive};
-  FakeConn conn(ClientState::kIdle);
+  FakeLists pool{ClientState::kIdle, ClientState::kWaiting, ClientState::kActive};
+  FakeConn conn(ClientState::kActive);
   pool.Add(&conn);
   const auto before = base::g_bug_count;
-  pool.Move(&conn, ClientState::kAuth);
+  pool.Move(&conn, ClientState::kWaiting);  // held, but never from kActive
   EXPECT_EQ(base::g_bug_count, before + 1);
+  // The connection is not lost: it is on the list of the state it was moved to.
+  EXPECT_EQ(pool[ClientState::kWaiting].front(), &conn);
 }
 #endif
 
