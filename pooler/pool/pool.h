@@ -121,7 +121,10 @@ class Pool {
   // A sibling handed a server over (`fd` is ours now): it serves this worker's waiting clients.
   void AdoptServer(int fd, const ServerHandoff& moved);
   // A sibling freed room in the pod for this pool.
-  void OnRoomFreed() { ServeWaiting(); }
+  void OnRoomFreed() {
+    sibling_asked_at_ = absl::InfinitePast();
+    ServeWaiting();
+  }
   // A server went to a sibling: off the lists and deleted; its room moved with it.
   void ForgetHandedOver(ServerConn* server);
 

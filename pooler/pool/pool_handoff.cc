@@ -129,6 +129,8 @@ void Pool::AdoptServer(int fd, const ServerHandoff& moved) {
     }
     return;
   }
+  // The request (if any) is answered: the next one may go at once, not after kAskAgainAfter.
+  sibling_asked_at_ = absl::InfinitePast();
   const auto keys = PodKeysOf();
   ServerRoom room;
   if (keys.has_value()) room.keys = *keys;
