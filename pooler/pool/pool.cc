@@ -24,7 +24,9 @@ Pool::Pool(PoolRegistry* registry, config::DatabaseConfig db, std::string user)
   UpdateRelaySettings();
 }
 
-Pool::~Pool() = default;
+Pool::~Pool() {
+  if (give_timer_ != 0) context_.loop().CancelTimer(give_timer_);
+}
 
 bool Pool::tracks_prepared_statements() const {
   return mode_ != config::PoolMode::kSession && context_.config().pool.max_prepared_statements > 0;

@@ -210,6 +210,7 @@ class Pool {
   int consecutive_connect_failures_ = 0;
   bool paused_ = false;
   absl::Time sibling_asked_at_ = absl::InfinitePast();
+  uint64_t give_timer_ = 0;  // GiveIdleServer's retry once a just-released server has settled
   std::optional<PodKeys> pod_keys_;
   bool pod_keys_known_ = false;  // YieldToSibling's share of releases owed to siblings
   bool serve_scheduled_ = false;

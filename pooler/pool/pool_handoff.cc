@@ -19,6 +19,9 @@ constexpr absl::Duration kAskAgainAfter = absl::Milliseconds(20);
 // however busy) move no servers, while a queue stuck behind long queries gets servers within
 // milliseconds. Well above a hand-off's cost, well below what a user notices.
 constexpr absl::Duration kYieldAfter = absl::Milliseconds(5);
+// An idle server moves to a sibling once it has been idle this long (one event loop tick of the
+// timers): a server released a moment ago usually serves its own worker's next transaction.
+constexpr absl::Duration kSettle = absl::Milliseconds(1);
 }  // namespace
 
 void Pool::AskSiblingForServer() {
@@ -59,6 +62,18 @@ void Pool::OfferIdleServerToSibling() {
 void Pool::GiveIdleServer(uint32_t to) {
   ServerConn* server = servers_[ServerState::kIdle].front();  // the warmest
   if (server == nullptr || !clients_[ClientState::kWaiting].empty()) return;
+  const absl::Time now = context_.loop().now();
+  if (now - server->last_used_at() < kSettle) {
+    // Just released: this worker's clients are likely about to use it again, and moving it now
+    // would only have it move back. Give it if it is still idle a moment later.
+    if (give_timer_ == 0) {
+      give_timer_ = context_.loop().RunAfter(kSettle, [this, to] {
+        give_timer_ = 0;
+        GiveIdleServer(to);
+      });
+    }
+    return;
+  }
   HandOver(server, to);
 }
 
