@@ -180,11 +180,12 @@ BudgetRun RunEightSleepers(const PgfleetProcess& fleet, const std::string& tag,
   return run;
 }
 
-// The budget held (never more than 2 servers), yet every client was served in turn.
-void ExpectCappedAtTwoAndAllServed(const BudgetRun& run) {
+// The budget held (never more than 2 servers), yet every client was served in turn. On failure
+// pgfleet's log says which pool waited for what.
+void ExpectCappedAtTwoAndAllServed(const BudgetRun& run, const PgfleetProcess& fleet) {
   EXPECT_GE(run.servers_seen, 1);
   EXPECT_LE(run.servers_seen, 2);
-  EXPECT_EQ(run.served, 8);
+  EXPECT_EQ(run.served, 8) << fleet.Log();
 }
 
 TEST_F(PoolingTest, MaxDbConnectionsCapsServersAcrossUsers) {
@@ -193,7 +194,7 @@ TEST_F(PoolingTest, MaxDbConnectionsCapsServersAcrossUsers) {
                                     "pool: {pool_mode: transaction, default_pool_size: 5}\n"));
   BudgetRun run =
       RunEightSleepers(fleet, "db_cap", {"otheruser", "postgres"}, {"postgres", "postgres"});
-  ExpectCappedAtTwoAndAllServed(run);
+  ExpectCappedAtTwoAndAllServed(run, fleet);
 }
 
 TEST_F(PoolingTest, MaxUserConnectionsCapsServersAcrossDatabases) {
@@ -204,7 +205,7 @@ TEST_F(PoolingTest, MaxUserConnectionsCapsServersAcrossDatabases) {
       "pool: {pool_mode: transaction, default_pool_size: 5, max_user_connections: 2}\n"));
   BudgetRun run =
       RunEightSleepers(fleet, "user_cap", {"postgres", "alias"}, {"postgres", "postgres"});
-  ExpectCappedAtTwoAndAllServed(run);
+  ExpectCappedAtTwoAndAllServed(run, fleet);
 }
 
 TEST_F(PoolingTest, ParametersAreReappliedWhenServerChanges) {
