@@ -167,6 +167,7 @@ absl::StatusOr<HandoffMessage> DecodeHandoff(std::string_view bytes) {
     case HandoffMessage::Kind::kRequest:
     case HandoffMessage::Kind::kServer:
     case HandoffMessage::Kind::kRoom:
+    case HandoffMessage::Kind::kEvict:
       message.kind = static_cast<HandoffMessage::Kind>(kind);
       break;
     default:

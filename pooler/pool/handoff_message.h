@@ -43,6 +43,10 @@ struct HandoffMessage {
     kRequest = 1,  // `from` has a client waiting for a server of the pool and the pod is full
     kServer = 2,   // a server of the pool, from `from`; its socket is attached
     kRoom = 3,     // `from` closed a server of the pool it could not hand over: room is free
+    // `from` has clients waiting and the pod's budget of `database` (when not empty) and of the
+    // server user `user` (when not empty) is full, not the pool: close an idle server of a pool
+    // that shares it, then answer kRoom.
+    kEvict = 4,
   };
   Kind kind = Kind::kRequest;
   uint32_t from = 0;  // the sender's local peer id

@@ -47,8 +47,16 @@ int Pool::pool_size() const { return context_.config().EffectivePoolSize(db_); }
 void Pool::ApplyConfig(const config::DatabaseConfig& db) {
   bool target_changed = db.host != db_.host || db.port != db_.port || db.dbname != db_.dbname ||
                         db.user != db_.user || db.password != db_.password;
+  // A forced server user may change: take back what was published under the old keys first.
+  if (pod_keys_known_ && pod_keys_.has_value() && published_idle_ != 0) {
+    budget::PodServerCounts& pod = registry_->budget().pod();
+    pod.AddIdle(pod_keys_->pool, -published_idle_);
+    pod.AddIdle(pod_keys_->database, -published_idle_);
+    pod.AddIdle(pod_keys_->user, -published_idle_);
+    published_idle_ = 0;
+  }
   db_ = db;
-  pod_keys_known_ = false;  // a forced server user may have changed
+  pod_keys_known_ = false;
   mode_ = context_.config().EffectivePoolMode(db_, user_);
   UpdateRelaySettings();
   if (target_changed) {
@@ -56,6 +64,7 @@ void Pool::ApplyConfig(const config::DatabaseConfig& db) {
     CloseIdleServers("database settings changed");
     welcome_known_ = false;
   }
+  PublishPodCounts();
 }
 
 absl::Duration Pool::max_wait(absl::Time now) const {
@@ -73,8 +82,8 @@ void Pool::AddClient(ClientConn* client) {
   MoveClient(client, ClientState::kWelcome);
   if (login_server_count() == 0 && servers_[ServerState::kIdle].empty() &&
       !LaunchServer(ServerBudget::Purpose::kPoolSize)) {
-    // The pod is full: a sibling's server brings the parameters to welcome with.
-    AskSiblingForServer();
+    // The pod is full: a sibling's server brings the parameters to welcome with (or its room).
+    AskSiblingForRoom();
   }
 }
 
@@ -161,8 +170,8 @@ void Pool::ServeWaiting() {
                                                 : 0);
   while (demand > login_server_count() + testing_server_count()) {
     if (!LaunchServer(ServerBudget::Purpose::kPoolSize)) {
-      // The pod is full for this pool: a sibling's idle server serves instead.
-      AskSiblingForServer();
+      // No room in the pod: a sibling's idle server serves instead, or frees the budget.
+      AskSiblingForRoom();
       break;
     }
   }
@@ -230,7 +239,14 @@ void Pool::PublishPodCounts() {
   // the shared cache line quiet while a busy worker's idle count moves between 1 and many.
   const int idle = idle_server_count() > 0 ? 1 : 0;
   const int waiting = static_cast<int>(waiting_count());
-  if (idle != published_idle_) pod.AddIdle(keys->pool, idle - published_idle_);
+  if (idle != published_idle_) {
+    // Under the database's and the user's keys too: a sibling short of room in either budget
+    // finds a worker that can close an idle server for it (AskSiblingForRoom).
+    const int delta = idle - published_idle_;
+    pod.AddIdle(keys->pool, delta);
+    pod.AddIdle(keys->database, delta);
+    pod.AddIdle(keys->user, delta);
+  }
   if (waiting != published_waiting_) pod.AddWaiting(keys->pool, waiting - published_waiting_);
   published_idle_ = idle;
   published_waiting_ = waiting;

@@ -168,8 +168,9 @@ class Pool {
   // The first logged-in server (or one handed over) tells what new clients are welcomed with.
   void LearnWelcome(const ServerConn* server);
   void ServeWelcomedClients();
-  // Waiting clients and no room in the pod: ask a sibling with an idle server for it.
-  void AskSiblingForServer();
+  // No room for a server: a sibling's idle server of this pool, or, when the database's or the
+  // user's budget is what is full, a sibling's idle server of another pool in it, closed for us.
+  void AskSiblingForRoom();
   // Nobody waits here: an idle server goes to a sibling whose clients wait for one.
   void OfferIdleServerToSibling();
   // A released server while siblings' clients wait too: true when it went to one of them.

@@ -24,7 +24,7 @@ constexpr absl::Duration kYieldAfter = absl::Milliseconds(5);
 constexpr absl::Duration kSettle = absl::Milliseconds(1);
 }  // namespace
 
-void Pool::AskSiblingForServer() {
+void Pool::AskSiblingForRoom() {
   ServerMover* mover = registry_->server_mover();
   // Clients queued for a server, or logged in and waiting for the pool's first server to learn
   // what to welcome them with (a server that moves brings its login's parameters).
@@ -36,14 +36,25 @@ void Pool::AskSiblingForServer() {
   const auto keys = PodKeysOf();
   if (!keys.has_value()) return;
   budget::PodServerCounts& pod = registry_->budget().pod();
-  const auto sibling = pod.SiblingWithIdle(keys->pool);
-  if (!sibling.has_value()) return;
   HandoffMessage request;
-  request.kind = HandoffMessage::Kind::kRequest;
   request.from = pod.worker();
-  request.database = db_.name;
-  request.user = user_;
-  if (mover->Send(*sibling, request, -1)) sibling_asked_at_ = now;
+  const ServerBudget::FullBudgets full = registry_->budget().BudgetsFullFor(this);
+  std::optional<uint32_t> sibling;
+  if (!full.database && !full.user) {
+    // The pool itself is at its size in the pod: a sibling's idle server of it serves here.
+    sibling = pod.SiblingWithIdle(keys->pool);
+    request.kind = HandoffMessage::Kind::kRequest;
+    request.database = db_.name;
+    request.user = user_;
+  } else {
+    // The database's or the user's budget is full: a sibling with an idle server in it (pools
+    // publish "has an idle server" under their database's and user's keys too) closes one.
+    sibling = pod.SiblingWithIdle(full.database ? keys->database : keys->user);
+    request.kind = HandoffMessage::Kind::kEvict;
+    if (full.database) request.database = db_.name;
+    if (full.user) request.user = server_user();
+  }
+  if (sibling.has_value() && mover->Send(*sibling, request, -1)) sibling_asked_at_ = now;
 }
 
 void Pool::OfferIdleServerToSibling() {

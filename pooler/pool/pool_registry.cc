@@ -86,7 +86,15 @@ void PoolRegistry::OnHandoff(HandoffMessage message, int fd) {
       if (pool != pools_.end()) pool->second->GiveIdleServer(message.from);
       return;
     case HandoffMessage::Kind::kRoom:
-      if (pool != pools_.end()) pool->second->OnRoomFreed();
+      if (pool != pools_.end()) {
+        pool->second->OnRoomFreed();
+      } else {
+        // Room in a database or user budget (kEvict's answer): any pool may use it.
+        for (auto& [key, each] : pools_) each->OnRoomFreed();
+      }
+      return;
+    case HandoffMessage::Kind::kEvict:
+      EvictForSibling(message);
       return;
     case HandoffMessage::Kind::kServer:
       break;
@@ -107,6 +115,20 @@ void PoolRegistry::OnHandoff(HandoffMessage message, int fd) {
     return;
   }
   pool->second->AdoptServer(fd, message.server);
+}
+
+void PoolRegistry::EvictForSibling(const HandoffMessage& request) {
+  for (auto& [key, pool] : pools_) {
+    if (pool->waiting_count() > 0) continue;
+    if (!request.database.empty() && pool->db().name != request.database) continue;
+    if (!request.user.empty() && pool->server_user() != request.user) continue;
+    if (!pool->EvictOneIdleServer()) continue;
+    HandoffMessage room;
+    room.kind = HandoffMessage::Kind::kRoom;
+    room.from = budget_.pod().worker();
+    if (server_mover_ != nullptr) server_mover_->Send(request.from, room, -1);
+    return;
+  }
 }
 
 ServerConn* PoolRegistry::FindServer(uint64_t id) const {

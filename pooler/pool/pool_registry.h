@@ -63,6 +63,9 @@ class PoolRegistry final : public ClientHost, public ServerDirectory {
   ServerMover* server_mover() const { return server_mover_; }
   void set_server_mover(ServerMover* mover) { server_mover_ = mover; }
   void OnHandoff(HandoffMessage message, int fd);
+  // A sibling's clients wait on a full database or user budget: close an idle server of a pool
+  // of this worker that shares it, and tell the sibling.
+  void EvictForSibling(const HandoffMessage& request);
   // Live servers by id, so callbacks holding only an id (cancels) never touch a freed server.
   ServerConn* FindServer(uint64_t id) const override;
 

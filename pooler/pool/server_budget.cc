@@ -118,15 +118,22 @@ int ServerBudget::UserServerCount(const std::string& user) const {
   return it == user_server_counts_.end() ? 0 : it->second;
 }
 
-bool ServerBudget::EvictIdleServerFor(const Pool* pool) {
+ServerBudget::FullBudgets ServerBudget::BudgetsFullFor(const Pool* pool) {
   const auto keys = KeysOf(pool);
-  if (!keys.has_value()) return false;
+  if (!keys.has_value()) return {};
+  const int pool_size = context_.config().EffectivePoolSize(pool->db());
+  if (pod_.Total(keys->pool) >= pool_size) return {};
   const int db_limit = pool->db().max_db_connections;
-  const bool database_full =
-      !CapAllows(pool) || db_limit < 0 ||
-      (!db_caps_enabled_ && db_limit > 0 && pod_.Total(keys->database) >= db_limit);
   const int user_limit = context_.config().EffectiveMaxUserConnections(pool->server_user());
-  const bool user_full = user_limit < 0 || (user_limit > 0 && pod_.Total(keys->user) >= user_limit);
+  return {.database = db_limit < 0 ||
+                      (!db_caps_enabled_ && db_limit > 0 && pod_.Total(keys->database) >= db_limit),
+          .user = user_limit < 0 || (user_limit > 0 && pod_.Total(keys->user) >= user_limit)};
+}
+
+bool ServerBudget::EvictIdleServerFor(const Pool* pool) {
+  const FullBudgets full = BudgetsFullFor(pool);
+  const bool database_full = full.database || !CapAllows(pool);
+  const bool user_full = full.user;
   if (!database_full && !user_full) return false;
   for (auto& [key, other] : pools_) {
     if (other.get() == pool || other->waiting_count() > 0) continue;

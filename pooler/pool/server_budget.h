@@ -73,6 +73,14 @@ class ServerBudget {
   void ReleaseArrived(const std::string& database, const std::string& user);
   // Servers of `pool` open in the whole pod.
   int PodServers(const Pool* pool);
+  // Why `pool` cannot open a server although its own size has room: its database's budget and/or
+  // its server user's is full in the pod. Both false when the pool itself is full (or there is
+  // room).
+  struct FullBudgets {
+    bool database = false;
+    bool user = false;
+  };
+  FullBudgets BudgetsFullFor(const Pool* pool);
 
   int DatabaseServerCount(const std::string& db) const;
   int UserServerCount(const std::string& user) const;

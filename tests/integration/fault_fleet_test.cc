@@ -36,17 +36,6 @@ std::string FleetConfig(int workers, int pg_port, const std::string& top_extra =
                       "}\npool:\n  pool_mode: transaction\n  default_pool_size: 8\n", top_extra);
 }
 
-// The worker processes under a supervisor.
-std::vector<pid_t> WorkerPids(pid_t supervisor) {
-  std::vector<pid_t> pids;
-  for (auto line : absl::StrSplit(RunCommandOutput(absl::StrCat("pgrep -P ", supervisor)), '\n')) {
-    int pid = 0;
-    if (absl::SimpleAtoi(line, &pid)) pids.push_back(pid);
-  }
-  std::sort(pids.begin(), pids.end());
-  return pids;
-}
-
 // The supervisor's port accepts before it has forked every worker: the children of `supervisor`
 // once there are `n` of them, or whatever there are after 5 s.
 std::vector<pid_t> WaitForWorkers(pid_t supervisor, size_t n) {

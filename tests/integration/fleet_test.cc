@@ -32,16 +32,6 @@ std::string FleetConfig(int workers, const std::string& pool_extra = "",
                       top_extra);
 }
 
-// The worker processes under a supervisor.
-std::vector<pid_t> WorkerPids(pid_t supervisor) {
-  std::vector<pid_t> pids;
-  for (auto line : absl::StrSplit(RunCommandOutput(absl::StrCat("pgrep -P ", supervisor)), '\n')) {
-    int pid = 0;
-    if (absl::SimpleAtoi(line, &pid)) pids.push_back(pid);
-  }
-  return pids;
-}
-
 // The supervisor's port accepts before it has forked every worker (slower under the sanitizers):
 // the children of `supervisor` once there are `n` of them, or whatever there are after 5 s.
 std::vector<pid_t> WaitForWorkers(pid_t supervisor, size_t n) {

@@ -31,15 +31,6 @@ std::string PodConfig(int workers, int pool_size, const std::string& pool_extra 
       "}\npool:\n  pool_mode: transaction\n  default_pool_size: ", pool_size, "\n", pool_extra);
 }
 
-std::vector<pid_t> WorkerPids(pid_t supervisor) {
-  std::vector<pid_t> pids;
-  for (auto line : absl::StrSplit(RunCommandOutput(absl::StrCat("pgrep -P ", supervisor)), '\n')) {
-    int pid = 0;
-    if (absl::SimpleAtoi(line, &pid)) pids.push_back(pid);
-  }
-  return pids;
-}
-
 // Every worker forked and accepting: the port answers before all of them are (slow under the
 // sanitizers), and a client the kernel gives to a missing worker would wait in its backlog.
 void WaitForWorkers(const PgfleetProcess& fleet, size_t n) {
@@ -308,6 +299,53 @@ TEST_F(PodPoolTest, ACancelStopsAQueryOnAServerThatMoved) {
     while (ResultPtr rest{PQgetResult(c.get())}) {
     }
   }
+}
+
+TEST_F(PodPoolTest, AFullDatabaseBudgetIsFreedByASiblingsIdleServer) {
+  // max_db_connections 1 for the pod: postgres's pool holds the one server, idle, on one worker.
+  // A client of another user on the other worker must get room: the sibling closes its idle
+  // server for it (with a static split, or eviction only among a worker's own pools, it waited
+  // for query_wait_timeout).
+  PgfleetProcess fleet(absl::StrCat(
+      "workers: 2\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+      ", max_db_connections: 1}\npool:\n  pool_mode: transaction\n  default_pool_size: 2\n"
+      "  query_wait_timeout: 5s\nadmin:\n  users: [postgres]\n"));
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(fleet, 2));
+  auto admin = Connect(fleet.ConnString("postgres", "pgfleet"));
+  ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
+  auto holder = Connect(fleet.ConnString());
+  ASSERT_TRUE(ResultOk(Exec(holder, "SELECT 1"))) << ErrorOf(holder);
+  // The worker of postgres's (idle) server, and a client of otheruser on the other worker:
+  // SHOW CLIENTS says where each connection is.
+  auto worker_of = [&](const std::string& type, const std::string& user) {
+    ResultPtr r = Exec(admin, type == "S" ? "SHOW SERVERS" : "SHOW CLIENTS");
+    const int user_col = PQfnumber(r.get(), "user");
+    const int db_col = PQfnumber(r.get(), "database");
+    const int worker_col = PQfnumber(r.get(), "worker");
+    for (int row = 0; row < PQntuples(r.get()); ++row) {
+      if (PQgetvalue(r.get(), row, user_col) == user &&
+          std::string(PQgetvalue(r.get(), row, db_col)) == "postgres") {
+        return std::string(PQgetvalue(r.get(), row, worker_col));
+      }
+    }
+    return std::string();
+  };
+  const std::string holder_worker = WaitFor([&] { return worker_of("S", "postgres"); },
+                                            [](const std::string& w) { return !w.empty(); });
+  ASSERT_FALSE(holder_worker.empty());
+  bool tried = false;
+  for (int attempt = 0; attempt < 30 && !tried; ++attempt) {
+    // Connecting needs a server (to learn what to welcome with), so it needs the room already.
+    const auto start = Clock::now();
+    auto other = Connect(fleet.ConnString("otheruser", "postgres"));
+    ASSERT_TRUE(Ok(other)) << ErrorOf(other);
+    if (worker_of("C", "otheruser") == holder_worker) continue;  // same worker: evicts locally
+    tried = true;
+    ASSERT_TRUE(ResultOk(Exec(other, "SELECT 1"))) << ErrorOf(other);
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  }
+  EXPECT_TRUE(tried) << "no client of otheruser landed on the other worker in 30 tries";
+  EXPECT_LE(ServerConnections("postgres") + ServerConnections("otheruser"), 2);
 }
 
 }  // namespace

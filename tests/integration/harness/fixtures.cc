@@ -1,6 +1,12 @@
 // Test roles and helpers.
 #include "tests/integration/harness/fixtures.h"
 
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
 namespace pgfleet::testing {
 
 void EnsureTestRoles() {
@@ -38,6 +44,16 @@ int ServerConnectionsFor(const std::string& user, const std::string& since) {
       "SELECT count(*) FROM pg_stat_activity WHERE usename = '", user,
       "' AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND backend_start >= '",
       since, "'")));
+}
+
+std::vector<pid_t> WorkerPids(pid_t supervisor) {
+  std::vector<pid_t> pids;
+  for (auto line : absl::StrSplit(RunCommandOutput(absl::StrCat("pgrep -P ", supervisor)), '\n')) {
+    int pid = 0;
+    if (absl::SimpleAtoi(line, &pid)) pids.push_back(pid);
+  }
+  std::sort(pids.begin(), pids.end());  // comparable before and after a restart
+  return pids;
 }
 
 }  // namespace pgfleet::testing

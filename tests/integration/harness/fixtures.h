@@ -2,7 +2,10 @@
 // config snippets for pgfleet pointing at it.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -21,6 +24,9 @@ void EnsureTestRoles();
 // pgbench's tables (scale 1) in the shared server, created once per test binary. Call it as
 // ASSERT_NO_FATAL_FAILURE(InitPgbench()).
 void InitPgbench();
+
+// The worker processes under a supervisor (its children as pgrep sees them now), sorted.
+std::vector<pid_t> WorkerPids(pid_t supervisor);
 
 // `databases:` + `pool:` YAML for a pool in front of the shared server.
 inline std::string PoolConfig(const std::string& mode, int pool_size,

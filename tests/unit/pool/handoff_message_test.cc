@@ -56,6 +56,17 @@ TEST(HandoffMessageTest, RoomRoundTripsWithEmptyStrings) {
   EXPECT_EQ(RoundTrip(m), m);
 }
 
+TEST(HandoffMessageTest, EvictRoundTripsWithEitherBudgetNamed) {
+  HandoffMessage m;
+  m.kind = HandoffMessage::Kind::kEvict;
+  m.from = 7;
+  m.database = "db";  // the database's budget is full, not the user's
+  EXPECT_EQ(RoundTrip(m), m);
+  m.database.clear();
+  m.user = "u";
+  EXPECT_EQ(RoundTrip(m), m);
+}
+
 TEST(HandoffMessageTest, NonServerKindsCarryNoServer) {
   HandoffMessage m = FullServer();
   m.kind = HandoffMessage::Kind::kRequest;
