@@ -197,23 +197,6 @@ void PodServerCounts::AddWaiting(Key pool, int delta) {
   region_->slots[pool].waiting_total.fetch_add(delta);
 }
 
-std::optional<uint32_t> PodServerCounts::BusiestSibling(
-    const std::atomic<int32_t> (*per_worker)[kKeys], Key key) const {
-  if (!shared_) return std::nullopt;
-  std::optional<uint32_t> best;
-  int32_t most = 0;
-  const uint32_t limit = WorkerLimit();
-  for (uint32_t worker = 1; worker <= limit; ++worker) {
-    if (worker == worker_) continue;
-    const int32_t n = per_worker[worker][key].load(std::memory_order_relaxed);
-    if (n > most) {
-      most = n;
-      best = worker;
-    }
-  }
-  return best;
-}
-
 void PodServerCounts::SetOldestWait(Key pool, int64_t since_us) {
   region_->oldest_wait[worker_][pool].store(since_us, std::memory_order_relaxed);
 }
@@ -240,21 +223,23 @@ int PodServerCounts::WaitingTotal(Key pool) const {
 }
 
 std::optional<uint32_t> PodServerCounts::SiblingWithIdle(Key pool) const {
-  const Slot& slot = region_->slots[pool];
-  if (slot.idle_total.load(std::memory_order_relaxed) <=
-      region_->idle[worker_][pool].load(std::memory_order_relaxed)) {
+  // One load in the common case: nobody but this worker has an idle server.
+  if (!shared_ || region_->slots[pool].idle_total.load(std::memory_order_relaxed) <=
+                      region_->idle[worker_][pool].load(std::memory_order_relaxed)) {
     return std::nullopt;
   }
-  return BusiestSibling(region_->idle, pool);
-}
-
-std::optional<uint32_t> PodServerCounts::SiblingWaiting(Key pool) const {
-  const Slot& slot = region_->slots[pool];
-  if (slot.waiting_total.load(std::memory_order_relaxed) <=
-      region_->waiting[worker_][pool].load(std::memory_order_relaxed)) {
-    return std::nullopt;
+  std::optional<uint32_t> best;
+  int32_t most = 0;
+  const uint32_t limit = WorkerLimit();
+  for (uint32_t worker = 1; worker <= limit; ++worker) {
+    if (worker == worker_) continue;
+    const int32_t n = region_->idle[worker][pool].load(std::memory_order_relaxed);
+    if (n > most) {
+      most = n;
+      best = worker;
+    }
   }
-  return BusiestSibling(region_->waiting, pool);
+  return best;
 }
 
 }  // namespace pgfleet::budget

@@ -74,10 +74,9 @@ class PodServerCounts {
   // This worker's idle servers and waiting clients of a pool, for siblings to see.
   void AddIdle(Key pool, int delta);
   void AddWaiting(Key pool, int delta);
-  // A sibling (not this worker) with an idle server / a waiting client of `pool`, the one with
-  // the most; nullopt when none.
+  // A sibling (not this worker) with an idle server of `pool` (or, for a database or user key,
+  // of a pool in it), the one with the most; nullopt when none.
   std::optional<uint32_t> SiblingWithIdle(Key pool) const;
-  std::optional<uint32_t> SiblingWaiting(Key pool) const;
   // Clients waiting for `pool` in the whole pod (this worker's included).
   int WaitingTotal(Key pool) const;
   // When this worker's longest-waiting client of `pool` started waiting (monotonic
@@ -95,8 +94,6 @@ class PodServerCounts {
   struct Slot;
   struct Region;
   static Region* Map(int fd);
-  std::optional<uint32_t> BusiestSibling(const std::atomic<int32_t> (*per_worker)[kKeys],
-                                         Key key) const;
   // Scans stop at the highest worker id that ever attached.
   uint32_t WorkerLimit() const;
 

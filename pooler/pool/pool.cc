@@ -218,17 +218,12 @@ void Pool::MoveClient(ClientConn* client, ClientState to) {
   if (was_waiting != (to == ClientState::kWaiting)) PublishPodCounts();
 }
 
-const std::optional<PodKeys>& Pool::PodKeysOf() {
+const std::optional<PodKeys>& Pool::PodKeysOf() const {
   if (!pod_keys_known_) {
-    pod_keys_ = registry_->budget().KeysOf(this);
+    pod_keys_ = registry_->budget().InternKeys(this);
     pod_keys_known_ = true;
   }
   return pod_keys_;
-}
-
-int Pool::PodServers() {
-  const auto& keys = PodKeysOf();
-  return keys.has_value() ? registry_->budget().pod().Total(keys->pool) : 0;
 }
 
 void Pool::PublishPodCounts() {
@@ -344,7 +339,8 @@ void Pool::ReleaseServer(ServerConn* server) {
     // "Cancel keys").
     MoveServer(server, ServerState::kCanceling);
   } else if (server->close_on_release() ||
-             PodServers() > pool_size() + context_.config().EffectiveReservePoolSize(db_)) {
+             registry_->budget().PodServers(this) >
+                 pool_size() + context_.config().EffectiveReservePoolSize(db_)) {
     // Over the pod's size (a reload made the pool smaller).
     server->Close("pool over size");
   } else {
@@ -513,7 +509,7 @@ void Pool::Maintain(absl::Time now) {
       to_close.emplace_back(s, "connect timeout");
   }
   // min_pool_size is the pod's: idle servers close while the pod keeps more than that.
-  int count = PodServers();
+  int count = registry_->budget().PodServers(this);
   const int min_size = context_.config().EffectiveMinPoolSize(db_);
   for (auto* s = servers_[ServerState::kIdle].back(); s != nullptr;
        s = static_cast<ServerConn*>(s->prev)) {

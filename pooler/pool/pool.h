@@ -115,6 +115,10 @@ class Pool {
   bool EvictOneIdleServer();
 
   // --- one pool per pod (pool_handoff.cc) ---
+  // This pool's keys in the pod's counts, interned once (again after a reload); nullopt when
+  // the pod's table is full.
+  const std::optional<PodKeys>& PodKeysOf() const;
+
   // A sibling worker has a client waiting and the pod is full: hand it an idle server (or, for one
   // that cannot move, close it and tell the sibling the room is free).
   void GiveIdleServer(uint32_t to);
@@ -158,11 +162,6 @@ class Pool {
   void MoveServer(ServerConn* server, ServerState to, bool front = false);
   void MoveClient(ClientConn* client, ClientState to);
   void PublishPodCounts();
-  // This pool's keys in the pod's counts, looked up once (again after a reload); nullopt when
-  // the pod's table is full.
-  const std::optional<PodKeys>& PodKeysOf();
-  // Servers of this pool open in the whole pod.
-  int PodServers();
   ServerConn* TakeIdleServer(absl::Time now);
   void FailWelcomeClients(std::span<const uint8_t> error);
   // The first logged-in server (or one handed over) tells what new clients are welcomed with.
@@ -212,8 +211,9 @@ class Pool {
   bool paused_ = false;
   absl::Time sibling_asked_at_ = absl::InfinitePast();
   uint64_t give_timer_ = 0;  // GiveIdleServer's retry once a just-released server has settled
-  std::optional<PodKeys> pod_keys_;
-  bool pod_keys_known_ = false;  // YieldToSibling's share of releases owed to siblings
+  // PodKeysOf's cache: interned once, again after a reload.
+  mutable std::optional<PodKeys> pod_keys_;
+  mutable bool pod_keys_known_ = false;
   bool serve_scheduled_ = false;
 };
 

@@ -13,11 +13,8 @@ namespace pgfleet::pool {
 
 using budget::PodServerCounts;
 
-std::optional<PodKeys> ServerBudget::KeysOf(const Pool* pool) {
-  auto id = std::make_pair(PodServerCounts::PoolKeyText(pool->db().name, pool->user()),
-                           pool->server_user());
-  if (auto it = keys_.find(id); it != keys_.end()) return it->second;
-  auto pool_key = pod_.Intern(id.first);
+std::optional<PodKeys> ServerBudget::InternKeys(const Pool* pool) {
+  auto pool_key = pod_.Intern(PodServerCounts::PoolKeyText(pool->db().name, pool->user()));
   auto db_key = pod_.Intern(PodServerCounts::DatabaseKeyText(pool->db().name));
   auto user_key = pod_.Intern(PodServerCounts::UserKeyText(pool->server_user()));
   if (!pool_key || !db_key || !user_key) {
@@ -26,9 +23,7 @@ std::optional<PodKeys> ServerBudget::KeysOf(const Pool* pool) {
                 " note=", base::LogQuote("too many pools in the pod, or names too long"));
     return std::nullopt;
   }
-  PodKeys keys{*pool_key, *db_key, *user_key};
-  keys_.emplace(std::move(id), keys);
-  return keys;
+  return PodKeys{*pool_key, *db_key, *user_key};
 }
 
 bool ServerBudget::CapAllows(const Pool* pool) const {
@@ -39,7 +34,7 @@ bool ServerBudget::CapAllows(const Pool* pool) const {
 }
 
 std::optional<ServerRoom> ServerBudget::Reserve(const Pool* pool, Purpose purpose) {
-  const auto keys = KeysOf(pool);
+  const auto& keys = pool->PodKeysOf();
   if (!keys.has_value() || !CapAllows(pool)) return std::nullopt;
   const config::Config& config = context_.config();
   int pool_limit = config.EffectivePoolSize(pool->db());
@@ -60,7 +55,7 @@ std::optional<ServerRoom> ServerBudget::Reserve(const Pool* pool, Purpose purpos
 }
 
 std::optional<ServerRoom> ServerBudget::TryOpen(const Pool* pool, Purpose purpose) {
-  const auto keys = KeysOf(pool);
+  const auto& keys = pool->PodKeysOf();
   if (!keys.has_value()) return std::nullopt;
   if (auto room = Reserve(pool, purpose)) return room;
   // Evicting another pool's idle server frees its database's and its user's room, never this
@@ -99,7 +94,7 @@ void ServerBudget::ReleaseArrived(const std::string& database, const std::string
 }
 
 int ServerBudget::PodServers(const Pool* pool) {
-  const auto keys = KeysOf(pool);
+  const auto& keys = pool->PodKeysOf();
   return keys.has_value() ? pod_.Total(keys->pool) : 0;
 }
 
@@ -119,7 +114,7 @@ int ServerBudget::UserServerCount(const std::string& user) const {
 }
 
 ServerBudget::FullBudgets ServerBudget::BudgetsFullFor(const Pool* pool) {
-  const auto keys = KeysOf(pool);
+  const auto& keys = pool->PodKeysOf();
   if (!keys.has_value()) return {};
   const int pool_size = context_.config().EffectivePoolSize(pool->db());
   if (pod_.Total(keys->pool) >= pool_size) return {};

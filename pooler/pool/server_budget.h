@@ -56,8 +56,9 @@ class ServerBudget {
     return pod_.AttachShared(region_fd, worker);
   }
   budget::PodServerCounts& pod() { return pod_; }
-  // The pod's keys of `pool`; nullopt when the pod's key table is full (nothing may be opened).
-  std::optional<PodKeys> KeysOf(const Pool* pool);
+  // Interns `pool`'s keys in the pod's table (Pool::PodKeysOf keeps them); nullopt when the table
+  // is full or a name too long (nothing may be opened).
+  std::optional<PodKeys> InternKeys(const Pool* pool);
 
   // Takes room for one more server of `pool` for `purpose`, in the pod and in this worker, or
   // returns nullopt. The room goes back with Closed (also when the connect fails).
@@ -108,7 +109,6 @@ class ServerBudget {
   const PoolMap& pools_;
   const ServerMap& servers_;
   budget::PodServerCounts pod_;
-  absl::flat_hash_map<std::pair<std::string, std::string>, PodKeys> keys_;
   absl::flat_hash_map<std::string, int> db_server_counts_;
   absl::flat_hash_map<std::string, int> user_server_counts_;
   bool db_caps_enabled_ = false;

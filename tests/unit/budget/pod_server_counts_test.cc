@@ -83,10 +83,15 @@ TEST_F(PodServerCountsTest, SiblingsSeeEachOthersIdleServersAndWaitingClients) {
   EXPECT_EQ(a_.SiblingWithIdle(pool), b_.worker());
   EXPECT_EQ(b_.SiblingWithIdle(pool), a_.worker());
   a_.AddWaiting(pool, 1);
-  EXPECT_EQ(b_.SiblingWaiting(pool), a_.worker());
-  EXPECT_EQ(a_.SiblingWaiting(pool), std::nullopt);
+  a_.SetOldestWait(pool, 1000);
+  EXPECT_EQ(b_.WaitingTotal(pool), 1);
+  ASSERT_TRUE(b_.OldestWaitingSibling(pool).has_value());
+  EXPECT_EQ(b_.OldestWaitingSibling(pool)->worker, a_.worker());
+  EXPECT_EQ(b_.OldestWaitingSibling(pool)->since_us, 1000);
+  EXPECT_EQ(a_.OldestWaitingSibling(pool), std::nullopt);  // its own clients are not a sibling's
   PodServerCounts::ReleaseWorker(fd_, a_.worker());
-  EXPECT_EQ(b_.SiblingWaiting(pool), std::nullopt);
+  EXPECT_EQ(b_.OldestWaitingSibling(pool), std::nullopt);
+  EXPECT_EQ(b_.WaitingTotal(pool), 0);
   EXPECT_EQ(b_.SiblingWithIdle(pool), std::nullopt);
 }
 
