@@ -346,10 +346,11 @@ pgfleet_private_copy() {
   PGFLEET_BIN="$BENCH_TMP/bin/pgfleet"
 }
 
-# pgfleet_start NAME WORKERS DB: one pgfleet (supervisor; WORKERS workers once the supervisor
-# exists) listening on a free port, pooling DB on the private PostgreSQL.
+# pgfleet_start NAME WORKERS DB [EXTRA_YAML]: one pgfleet (supervisor; WORKERS workers once the
+# supervisor exists) listening on a free port, pooling DB on the private PostgreSQL with
+# default_pool_size POOL_SIZE. EXTRA_YAML is appended to the config (admin users, server TLS).
 pgfleet_start() {
-  local name=$1 workers=$2 db=$3 dir port pid
+  local name=$1 workers=$2 db=$3 extra=${4:-} dir port pid
   [[ -x "$PGFLEET_BIN" ]] || die "pgfleet not found at PGFLEET_BIN=$PGFLEET_BIN"
   pgfleet_private_copy
   dir="$BENCH_TMP/$name"
@@ -376,6 +377,7 @@ pool:
 auth: {type: trust}
 log: {level: ${PGFLEET_LOG_LEVEL:-info}, log_connections: false, log_disconnections: false}
 metrics: {listen: "$metrics_listen"}
+$extra
 EOF
   # The command-line contract (docs/architecture.md, "Configuration") is --check-config; some
   # builds only know absl's spelling --check_config.
@@ -396,7 +398,34 @@ EOF
   TARGET_PID[$name]=$pid
   TARGET_PIDS[$name]=$pid
   TARGET_LOGS[$name]="$dir/pgfleet.log"
-  log "$name: pgfleet pid $pid on 127.0.0.1:$port (workers: $workers)"
+  log "$name: pgfleet pid $pid on 127.0.0.1:$port (workers: $workers, default_pool_size: $POOL_SIZE)"
+}
+
+# check_alive NAME: 0 while every process of the target runs; else logs its log's tail.
+check_alive() {
+  local name=$1 pid
+  for pid in ${TARGET_PIDS[$name]}; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "$name: process $pid is gone; log tail:"
+      # shellcheck disable=SC2086
+      tail -n 20 ${TARGET_LOGS[$name]} >&2 || true
+      return 1
+    fi
+  done
+}
+
+# pgbench_run_ok OUT RC WHAT: 0 when the pgbench run whose output is OUT and exit status RC did
+# transactions and none failed or aborted; else logs why (WHAT names the run).
+pgbench_run_ok() {
+  local out=$1 rc=$2 what=$3 processed failed aborted
+  processed=$(pgbench_field "$out" processed)
+  failed=$(pgbench_field "$out" failed)
+  aborted=$(pgbench_field "$out" aborted)
+  if [[ $rc -ne 0 || -z "$processed" || "$processed" -eq 0 || "$failed" -ne 0 || "$aborted" -ne 0 ]]; then
+    log "run $what: pgbench rc=$rc failed=$failed aborted=$aborted"
+    grep -iE 'error|abort|fatal' "$out" | head -n 5 >&2 || true
+    return 1
+  fi
 }
 
 # pgbouncer_start NAME PROCS DB USER: PROCS PgBouncer processes on one port (so_reuseport=1

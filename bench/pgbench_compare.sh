@@ -121,18 +121,6 @@ pooler_pids() {
 }
 
 failures=0
-check_alive() { # NAME: report a pooler that died
-  local name=$1 pid
-  for pid in ${TARGET_PIDS[$name]}; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "${LABEL[$name]}: process $pid is gone; log tail:"
-      # shellcheck disable=SC2086
-      tail -n 20 ${TARGET_LOGS[$name]} >&2 || true
-      return 1
-    fi
-  done
-}
-
 if ((WARMUP > 0)); then
   for name in "${names[@]}"; do
     log "warm-up ${LABEL[$name]}: ${WARMUP}s at $max_clients clients"
@@ -179,16 +167,12 @@ measure() {
   p1=$(proc_cpu_ticks $(pooler_pids "$name"))
   [[ "$pass" == cpu ]] || sc=$(syscount_stop)
   [[ "${KIND[$name]}" == direct ]] || srv=$(pg_server_conns "${ROLE[$name]}")
-  local tps processed failed aborted
+  local tps processed failed
   tps=$(pgbench_field "$out" tps)
   processed=$(pgbench_field "$out" processed)
   failed=$(pgbench_field "$out" failed)
-  aborted=$(pgbench_field "$out" aborted)
-  if [[ $rc -ne 0 || -z "$processed" || "$processed" -eq 0 || "$failed" -ne 0 || "$aborted" -ne 0 ]]; then
-    log "run ${LABEL[$name]} clients=$c round=$r pass=$pass: pgbench rc=$rc failed=$failed aborted=$aborted"
-    grep -iE 'error|abort|fatal' "$out" | head -n 5 >&2 || true
+  pgbench_run_ok "$out" "$rc" "${LABEL[$name]} clients=$c round=$r pass=$pass" ||
     failures=$((failures + 1))
-  fi
   check_alive "$name" || failures=$((failures + 1))
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
   local k="$name|$c|$r"

@@ -118,43 +118,11 @@ metrics_handoffs() {
   echo "$sum"
 }
 
-# pod_pgfleet_start NAME WORKERS POOL_SIZE EXTRA_YAML: like lib.sh's pgfleet_start, with the pool
-# size and extra top-level YAML (admin users, server TLS) given here.
+# pod_pgfleet_start NAME WORKERS POOL_SIZE EXTRA_YAML: lib.sh's pgfleet_start with this pool size,
+# the admin console open to postgres (SHOW CLIENTS tells which worker a client is on), and EXTRA.
 pod_pgfleet_start() {
-  local name=$1 workers=$2 pool=$3 extra=$4 dir port pid metrics
-  dir="$BENCH_TMP/$name"
-  free_port
-  port=$FREE_PORT
-  free_port
-  metrics="127.0.0.1:$FREE_PORT"
-  mkdir -p "$dir"
-  cat >"$dir/pgfleet.yaml" <<EOF
-listen: {address: 127.0.0.1, port: $port, unix_socket_dir: $dir}
-workers: $workers
-databases:
-  $DB: {host: 127.0.0.1, port: $PG_PORT, dbname: $DB}
-pool:
-  pool_mode: transaction
-  default_pool_size: $pool
-  max_client_conn: $MAX_CLIENT_CONN
-auth: {type: trust}
-admin: {users: [postgres]}
-log: {level: ${PGFLEET_LOG_LEVEL:-info}, log_connections: false, log_disconnections: false}
-metrics: {listen: "$metrics"}
-$extra
-EOF
-  "$PGFLEET_BIN" --check-config "$dir/pgfleet.yaml" >"$dir/check.log" 2>&1 ||
-    die "pgfleet rejects its config: $(cat "$dir/check.log")"
-  "$PGFLEET_BIN" --config "$dir/pgfleet.yaml" >"$dir/pgfleet.log" 2>&1 &
-  pid=$!
-  track_pid "$pid" TERM
-  wait_for_port "$port" "$pid" 30 || die "pgfleet did not start; see $dir/pgfleet.log"
-  TARGET_PORT[$name]=$port
-  TARGET_PID[$name]=$pid
-  TARGET_PIDS[$name]=$pid
-  TARGET_LOGS[$name]="$dir/pgfleet.log"
-  TARGET_METRICS[$name]=$metrics
-  log "$name: pgfleet pid $pid on 127.0.0.1:$port (workers: $workers, default_pool_size: $pool)"
+  POOL_SIZE=$3 pgfleet_start "$1" "$2" "$DB" "admin: {users: [postgres]}
+$4"
 }
 
 # wait_workers NAME N: the supervisor has N workers (the port answers before all are up).
@@ -169,15 +137,6 @@ wait_workers() {
 }
 
 failures=0
-check_alive() {
-  local name=$1
-  if ! kill -0 "${TARGET_PID[$name]}" 2>/dev/null; then
-    log "$name: pgfleet is gone; log tail:"
-    tail -n 20 "${TARGET_LOGS[$name]}" >&2 || true
-    return 1
-  fi
-}
-
 # ---------------------------------------------------------------------------------------------
 # Part 1: pgbench -S, workers A vs workers B, same pod pool.
 
@@ -209,7 +168,7 @@ run_part1() {
     done
   fi
 
-  local r c i n k out prefix pids p0 p1 g0 g1 m0 m1 h0 h1 t0 t1 rc tps processed failed aborted lat
+  local r c i n k out prefix pids p0 p1 g0 g1 m0 m1 h0 h1 t0 t1 rc tps processed failed lat
   for ((r = 1; r <= ROUNDS; r++)); do
     for c in $CLIENTS; do
       n=${#names[@]}
@@ -240,12 +199,7 @@ run_part1() {
         tps=$(pgbench_field "$out" tps)
         processed=$(pgbench_field "$out" processed)
         failed=$(pgbench_field "$out" failed)
-        aborted=$(pgbench_field "$out" aborted)
-        if [[ $rc -ne 0 || -z "$processed" || "$processed" -eq 0 || "$failed" -ne 0 || "$aborted" -ne 0 ]]; then
-          log "run $name clients=$c round=$r: pgbench rc=$rc failed=$failed aborted=$aborted"
-          grep -iE 'error|abort|fatal' "$out" | head -n 5 >&2 || true
-          failures=$((failures + 1))
-        fi
+        pgbench_run_ok "$out" "$rc" "$name clients=$c round=$r" || failures=$((failures + 1))
         check_alive "$name" || failures=$((failures + 1))
         # pgbench -l: "client_id transaction_no time script_no time_epoch time_us", time in µs.
         lat=$(cat "$prefix".* 2>/dev/null | awk '{ print $3 }' | sort -n |

@@ -26,14 +26,8 @@ using protocol::StringSink;
 using protocol::testing::AsBytes;
 using protocol::testing::AsString;
 using protocol::testing::BodyOf;
+using protocol::testing::Build;
 using Outcome = PasswordVerdict::Outcome;
-
-template <typename Fn>
-std::string Build(Fn fn) {
-  StringSink sink;
-  fn(sink);
-  return sink.bytes();
-}
 
 constexpr std::string_view kFailedMessage = "password authentication failed for user \"alice\"";
 const std::vector<uint8_t> kEndPoint = {1, 2, 3, 4, 5, 6, 7, 8};

@@ -17,16 +17,10 @@ namespace {
 
 using protocol::StringSink;
 using protocol::testing::AsBytes;
+using protocol::testing::Build;
 using protocol::testing::I16;
 using protocol::testing::I32;
 using protocol::testing::Typed;
-
-template <typename Fn>
-std::string Build(Fn fn) {
-  StringSink sink;
-  fn(sink);
-  return sink.bytes();
-}
 
 // Frontend messages.
 std::string Query(std::string_view sql) {

@@ -29,15 +29,9 @@ using protocol::StringSink;
 using protocol::testing::AsBytes;
 using protocol::testing::AsString;
 using protocol::testing::BodyOf;
+using protocol::testing::Build;
 using Outcome = LoginVerdict::Outcome;
 using namespace std::string_literals;
-
-template <typename Fn>
-std::string Build(Fn fn) {
-  StringSink sink;
-  fn(sink);
-  return sink.bytes();
-}
 
 std::string Md5Request(std::span<const uint8_t, 4> salt) {
   return Build([&](StringSink& s) { protocol::BuildAuthenticationMd5(s, salt); });

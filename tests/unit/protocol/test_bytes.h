@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "pooler/protocol/byte_sink.h"
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/reader.h"
 
@@ -48,6 +49,14 @@ inline std::span<const uint8_t> BodyOf(const std::string& message) {
     return {};
   }
   return AsBytes(message).subspan(kHeaderSize);
+}
+
+// The bytes a builder writes: Build([&](ByteSink& sink) { BuildSync(sink); }).
+template <typename Fn>
+std::string Build(Fn fn) {
+  StringSink sink;
+  fn(sink);
+  return sink.bytes();
 }
 
 }  // namespace pgfleet::protocol::testing
