@@ -15,6 +15,7 @@
 #include "pooler/base/log.h"
 #include "pooler/base/random.h"
 #include "pooler/base/status_macros.h"
+#include "pooler/base/strings.h"
 
 namespace pgfleet::peering {
 
@@ -46,6 +47,7 @@ WorkerFleet::WorkerFleet(net::EventLoop& loop, FleetOptions options, PeerCredent
     : loop_(loop), options_(std::move(options)), credentials_(std::move(credentials)) {}
 
 WorkerFleet::~WorkerFleet() {
+  pod_lease_.reset();
   lease_.reset();
   dns_.reset();
 }
@@ -87,7 +89,7 @@ uint32_t WorkerFleet::RegisterPeerId() {
   return lease_ != nullptr ? lease_->Register() : local_peer_id_;
 }
 
-void WorkerFleet::AttachCapTarget(std::unique_ptr<FleetCapTarget> target) {
+void WorkerFleet::Start(budget::PodServerCounts* pod_counts, bool lone_worker) {
   const PeeringOptions& peering = options_.peering;
   if (!peering.discovery_dns.empty() && directory_ != nullptr) {
     int port = 0;
@@ -101,11 +103,8 @@ void WorkerFleet::AttachCapTarget(std::unique_ptr<FleetCapTarget> target) {
     dns_->Start();
   }
   if (lease_ == nullptr) return;
-  target_ = std::move(target);
-  target_->SetFleetConfig(fleet_config_);
-  target_->EnableCaps();
   FleetDirectory* directory = directory_.get();
-  lease_->Attach(target_.get(), [directory](const controller::v1::Directory& d) {
+  lease_->Attach(nullptr, [directory](const controller::v1::Directory& d) {
     std::map<uint32_t, std::set<std::string>> pods;
     for (const auto& pod : d.pods()) {
       if (pod.block() != 0 && !pod.peering_address().empty()) {
@@ -114,11 +113,21 @@ void WorkerFleet::AttachCapTarget(std::unique_ptr<FleetCapTarget> target) {
     }
     directory->SetPods(std::move(pods));
   });
+  if (lone_worker) {
+    auto pod_lease = PodLease::Create(loop_, fleet_config_, pod_id_, pod_counts);
+    if (!pod_lease.ok()) {
+      PGFLEET_LOG(kError, "pod_lease_failed",
+                  "error=", base::LogQuote(base::Sv(pod_lease.status().message())));
+      return;
+    }
+    pod_lease_ = *std::move(pod_lease);
+    pod_lease_->Start();
+  }
 }
 
 void WorkerFleet::UpdateConfig(const config::Config& fleet_config) {
   fleet_config_ = fleet_config;
-  if (target_ != nullptr) target_->SetFleetConfig(fleet_config);
+  if (pod_lease_ != nullptr) pod_lease_->UpdateConfig(fleet_config);
 }
 
 std::vector<ListenSpec> WorkerFleet::ListenPorts(const std::string& unix_address) const {
@@ -138,6 +147,7 @@ PeeringServiceOptions WorkerFleet::ServiceOptions(uint32_t own_peer_id) const {
 
 void WorkerFleet::Leave() {
   if (lease_ != nullptr) lease_->Leave(absl::Seconds(1));
+  if (pod_lease_ != nullptr) pod_lease_->Stop();
 }
 
 }  // namespace pgfleet::peering

@@ -1,8 +1,8 @@
 // A worker's place in the fleet, wired in one object so the worker only calls it: typed
 // peering/controller options, peering credentials, the pod id, the cross-pod directory (from the
 // controller, static peers and DNS), and the lease with pgfleet-controller that sets this
-// worker's peer id and its budget caps on the pools. It sees the pools only through
-// FleetCapTarget (the worker implements it over its PoolRegistry): peering links no pool code.
+// worker's peer id. The budget's lease is the pod's (peering/pod_lease.h): it reaches the pools
+// only through the pod's shared counts, so peering links no pool code.
 #pragma once
 
 #include <memory>
@@ -15,19 +15,12 @@
 #include "peering/fleet_directory.h"
 #include "peering/fleet_options.h"
 #include "peering/peering_service.h"
+#include "peering/pod_lease.h"
+#include "pooler/budget/pod_server_counts.h"
 #include "pooler/config/config.h"
 #include "pooler/net/event_loop.h"
 
 namespace pgfleet::peering {
-
-// The worker's pools as the lease sees them (pooler/worker/registry_cap_target.h).
-class FleetCapTarget : public controller::CapTarget {
- public:
-  // Once, before the lease starts, when a controller will set caps.
-  virtual void EnableCaps() = 0;
-  // The whole fleet's budgets (the config before the per-worker split), again on every reload.
-  virtual void SetFleetConfig(const config::Config& fleet) = 0;
-};
 
 class WorkerFleet {
  public:
@@ -42,16 +35,20 @@ class WorkerFleet {
   // The peer id to mint cancel keys with: assigned by the controller when one is configured
   // (blocks before the loop runs, up to controller.register_timeout), else the local id.
   uint32_t RegisterPeerId();
-  // Starts the lease's share enforcement on `target` (kept while this object lives; dropped when
-  // no controller is configured) and DNS discovery. What `target` reaches must outlive this object.
-  void AttachCapTarget(std::unique_ptr<FleetCapTarget> target);
+  // Starts DNS discovery and the worker's lease (its peer id and the directory). The pod's
+  // budget is leased by the pod (PodLease, run by the supervisor); a worker without a supervisor
+  // (`pod_counts` private to it) holds its pod's lease itself, over `pod_counts`, which must
+  // outlive this object.
+  void Start(budget::PodServerCounts* pod_counts, bool lone_worker);
+  // A controller grants the budgeted databases' shares: the worker enforces them on the pod.
+  bool budget_caps() const { return options_.controller.enabled(); }
   // The peering ports: `unix_address`, plus the pod's TCP port when peering.listen is set.
   std::vector<ListenSpec> ListenPorts(const std::string& unix_address) const;
   // Options for the worker's PeeringService (the caller adds relay_to_sibling).
   PeeringServiceOptions ServiceOptions(uint32_t own_peer_id) const;
   // A reloaded config: new budgets.
   void UpdateConfig(const config::Config& fleet_config);
-  // After the loop stopped with every server closed: frees this worker's share at once.
+  // After the loop stopped with every server closed: leaves the controller.
   void Leave();
 
   const FleetOptions& options() const { return options_; }
@@ -71,8 +68,8 @@ class WorkerFleet {
   std::string pod_id_;
   std::unique_ptr<FleetDirectory> directory_;
   std::unique_ptr<DnsDiscovery> dns_;
-  std::unique_ptr<FleetCapTarget> target_;
   std::unique_ptr<controller::LeaseClient> lease_;
+  std::unique_ptr<PodLease> pod_lease_;  // a lone worker's
 };
 
 // The pod's id, shared by its workers through `<runtime_dir>/pod-id` (the first worker writes

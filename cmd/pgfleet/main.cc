@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "peering/fleet_options.h"
+#include "peering/pod_lease.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/config/config.h"
@@ -25,6 +26,7 @@ ABSL_FLAG(std::string, check_config, "", "Validate this config file and exit (0 
 ABSL_FLAG(bool, version, false, "Print the version and exit.");
 // Set by the supervisor when it execs a worker; not for people.
 ABSL_FLAG(int, worker_slot, -1, "internal: worker slot index (worker mode)");
+ABSL_FLAG(bool, pod_lease, false, "internal: hold the pod's budget lease (lease mode)");
 ABSL_FLAG(int, worker_count, 1, "internal: number of workers in the pod");
 ABSL_FLAG(uint32_t, peer_id, 1, "internal: this worker's fleet-wide peer id");
 ABSL_FLAG(std::string, runtime_dir, "", "internal: directory of the workers' peering sockets");
@@ -149,6 +151,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   RaiseFileLimit();
+  if (absl::GetFlag(FLAGS_pod_lease)) {
+    return pgfleet::peering::RunPodLeaseProcess(config_path, absl::GetFlag(FLAGS_runtime_dir),
+                                                absl::GetFlag(FLAGS_pod_servers_fd));
+  }
   if (absl::GetFlag(FLAGS_worker_slot) < 0) return RunSupervisor(config_path);
   pgfleet::worker::WorkerOptions options;
   options.config_path = config_path;

@@ -265,6 +265,17 @@ void ControllerService::OnHello(const std::shared_ptr<Session>& session, const v
   request.databases = FromWire(hello.databases());
   request.known_members.assign(hello.known_members().begin(), hello.known_members().end());
   request.known_blocks.assign(hello.known_blocks().begin(), hello.known_blocks().end());
+  switch (hello.role()) {
+    case v1::LEASE_ROLE_WORKER_OF_POD:
+      request.role = JoinRequest::Role::kWorkerOfPod;
+      request.databases.clear();  // its pod's lease counts its servers
+      break;
+    case v1::LEASE_ROLE_POD:
+      request.role = JoinRequest::Role::kPod;
+      break;
+    default:
+      request.role = JoinRequest::Role::kWorker;
+  }
   if (!Membership::IsValid(request)) {
     session->Close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad Hello"));
     return;
@@ -276,7 +287,7 @@ void ControllerService::OnHello(const std::shared_ptr<Session>& session, const v
     PGFLEET_LOG(kWarning, "block_conflict", "block=", joined->block, " pod=", request.pod_id,
                 " holder=", joined->conflict_holder);
   }
-  if (!joined->reclaimed && joined->block == 0) {
+  if (!joined->reclaimed && joined->block == 0 && request.role != JoinRequest::Role::kPod) {
     PGFLEET_LOG(kError, "no_free_block", "pod=", request.pod_id,
                 " pods=", membership_.pods().size());  // the worker's keys then name no pod
   }

@@ -251,9 +251,9 @@ uint32_t LeaseClient::Register() {
 
 void LeaseClient::Attach(CapTarget* target,
                          std::function<void(const v1::Directory&)> on_directory) {
-  target_ = target;
+  target_ = target != nullptr ? target : &no_databases_;
   on_directory_ = std::move(on_directory);
-  state_.Attach(target);
+  state_.Attach(target_);
   tick_timer_ = loop_.RunEvery(kTickInterval, [this] { Tick(); });
   report_timer_ = loop_.RunEvery(report_interval_, [this] { SendReport(); });
   if (!stream_) ScheduleReconnect();
@@ -350,9 +350,10 @@ void LeaseClient::Tick() {
   const absl::Time now = net::MonotonicNow();
   LeaseState::TickOutcome outcome = state_.Tick(now, stream_ != nullptr);
   if (outcome.lease_lost) {
-    PGFLEET_LOG(kWarning, "controller_lease_lost", "why=", "lease ran out",
-                " since_ms=", absl::ToInt64Milliseconds(now - state_.lease_start()),
-                " effect=\"shrinking to floors\"");
+    PGFLEET_LOG(
+        kWarning, "controller_lease_lost", "why=", "lease ran out",
+        " since_ms=", absl::ToInt64Milliseconds(now - state_.lease_start()), " effect=",
+        identity_.role == v1::LEASE_ROLE_WORKER_OF_POD ? "rejoining" : "\"shrinking to floors\"");
     // The stream, if it still seems alive, cannot be trusted: rejoin on a fresh one.
     if (stream_) stream_->Cancel();
   }
@@ -387,6 +388,7 @@ v1::WorkerMessage LeaseClient::BuildHello() {
   hello->set_peering_address(identity_.peering_address);
   hello->set_pid(static_cast<uint32_t>(getpid()));
   hello->set_hostname(Hostname());
+  hello->set_role(identity_.role);
   FillDatabases(state_.Databases(true), true, hello->mutable_databases());
   for (const auto& member : directory_.members()) hello->add_known_members(member);
   for (const auto& pod : directory_.pods()) hello->add_known_blocks(pod.block());

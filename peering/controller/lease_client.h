@@ -10,6 +10,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,8 +29,10 @@ namespace v1 = ::pgfleet::controller::v1;
 
 struct LeaseIdentity {
   std::string pod_id;
-  uint32_t local_peer_id = 0;
+  uint32_t local_peer_id = 0;   // 0 for the pod's lease
   std::string peering_address;  // empty = other pods cannot reach this pod
+  // A worker (a peer id and the directory, no budget of its own) or the pod's budget lease.
+  v1::LeaseRole role = v1::LEASE_ROLE_WORKER_OF_POD;
 };
 
 class LeaseClient {
@@ -43,8 +46,14 @@ class LeaseClient {
   // controller did not answer in time; the client keeps trying in the background either way.
   uint32_t Register();
   // Starts enforcing shares on `target` and reporting. `on_directory` receives every Directory.
-  // Both must outlive the client. Loop thread (or before the loop runs).
+  // Both must outlive the client. Loop thread (or before the loop runs). A worker of a pod
+  // passes no target: it reports no databases and is granted nothing.
   void Attach(CapTarget* target, std::function<void(const v1::Directory&)> on_directory);
+  // Before Attach: see LeaseState::Restore.
+  void Restore(const std::map<std::string, ShareUpdate>& shares, absl::Time lease_start) {
+    state_.Restore(shares, lease_start);
+  }
+  const LeaseState& state() const { return state_; }
   // After the loop stopped and every server connection is closed: tells the controller this
   // worker is gone, so its share is free at once. Waits at most `timeout`.
   void Leave(absl::Duration timeout);
@@ -72,6 +81,14 @@ class LeaseClient {
   const PeerCredentials& credentials_;
   LeaseIdentity identity_;
   std::unique_ptr<v1::Controller::Stub> stub_;
+  // A worker of a pod reports this: no databases.
+  class NoDatabases final : public CapTarget {
+   public:
+    std::vector<Usage> Usages() override { return {}; }
+    void SetCap(const std::string&, int, int) override {}
+    int Enforce(const std::string&, bool) override { return 0; }
+  };
+  NoDatabases no_databases_;
   CapTarget* target_ = nullptr;
   std::function<void(const v1::Directory&)> on_directory_;
 

@@ -11,7 +11,15 @@ LeaseState::LeaseState(absl::Duration lease_timeout, absl::Duration forget_after
 
 void LeaseState::Attach(CapTarget* target) {
   target_ = target;
-  for (const auto& [db, share] : shares_) target_->SetCap(db, std::max(share.cap, 0));
+  for (const auto& [db, share] : shares_) target_->SetCap(db, std::max(share.cap, 0), share.floor);
+}
+
+void LeaseState::Restore(const std::map<std::string, ShareUpdate>& shares, absl::Time lease_start) {
+  for (const auto& [db, share] : shares) {
+    shares_[db] = Share{share.cap, std::clamp(share.floor, 0, std::max(share.cap, 0))};
+  }
+  lease_start_ = lease_start;
+  has_lease_ = false;
 }
 
 void LeaseState::OnHelloSent(absl::Time now) {
@@ -81,7 +89,7 @@ int LeaseState::FloorFor(const std::string& database) const {
 
 void LeaseState::SetShare(const std::string& database, int cap, int floor) {
   shares_[database] = Share{cap, std::max(floor, 0)};
-  if (target_ != nullptr) target_->SetCap(database, std::max(cap, 0));
+  if (target_ != nullptr) target_->SetCap(database, std::max(cap, 0), std::max(floor, 0));
 }
 
 LeaseState::TickOutcome LeaseState::Tick(absl::Time now, bool connected) {

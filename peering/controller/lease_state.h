@@ -33,7 +33,8 @@ class CapTarget {
   };
   // Every database with a fleet budget that this worker knows of.
   virtual std::vector<Usage> Usages() = 0;
-  virtual void SetCap(const std::string& database, int cap) = 0;
+  // The share in force: at most `cap` servers (0: none), `floor` kept when the lease runs out.
+  virtual void SetCap(const std::string& database, int cap, int floor) = 0;
   // Brings the database toward its cap (see PoolRegistry::EnforceDatabaseCap); returns how many
   // servers were closed now.
   virtual int Enforce(const std::string& database, bool force) = 0;
@@ -60,6 +61,10 @@ class LeaseState {
 
   // Starts pushing caps to `target` (every cap held so far at once). It must outlive this object.
   void Attach(CapTarget* target);
+  // A restarted lease holder takes over what its predecessor held (the pod's shared counts keep
+  // it): these shares, and a lease last renewed at `lease_start` that it must earn again before it
+  // raises anything. Before Attach.
+  void Restore(const std::map<std::string, ShareUpdate>& shares, absl::Time lease_start);
 
   // A new stream sent its Hello at `now`; nothing from an earlier stream counts from here on.
   void OnHelloSent(absl::Time now);
@@ -107,6 +112,8 @@ class LeaseState {
   // What the target has, with the shares held (empty before Attach).
   std::vector<DatabaseReport> Databases(bool with_demand) const;
 
+  absl::Duration lease_timeout() const { return lease_timeout_; }
+  absl::Duration forget_after() const { return forget_after_; }
   void set_peer_id(uint32_t peer_id) { peer_id_ = peer_id; }
   uint32_t peer_id() const { return peer_id_; }
   bool welcomed() const { return welcomed_; }

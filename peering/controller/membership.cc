@@ -59,6 +59,9 @@ uint32_t Membership::BlockFor(const std::string& pod_id, uint32_t claimed_block,
 
 bool Membership::IsValid(const JoinRequest& hello) {
   const uint32_t local = hello.local_peer_id;
+  if (hello.role == JoinRequest::Role::kPod) {
+    return !hello.pod_id.empty() && local == 0 && hello.peer_id == 0;
+  }
   return !hello.pod_id.empty() && local != 0 && local <= protocol::kMaxLocalPeerId &&
          (hello.peer_id == 0 || protocol::LocalPartOfPeerId(hello.peer_id) == local);
 }
@@ -66,11 +69,15 @@ bool Membership::IsValid(const JoinRequest& hello) {
 std::optional<Membership::Joined> Membership::Join(const JoinRequest& hello, absl::Time now) {
   if (!IsValid(hello)) return std::nullopt;
   const uint32_t local = hello.local_peer_id;
+  const bool pod_lease = hello.role == JoinRequest::Role::kPod;
   Joined joined;
-  joined.key = absl::StrCat(hello.pod_id, "/", local);
+  joined.key =
+      pod_lease ? absl::StrCat(hello.pod_id, "/pod") : absl::StrCat(hello.pod_id, "/", local);
   joined.reclaimed = hello.peer_id != 0;
   uint32_t peer_id = hello.peer_id;
-  if (peer_id == 0) {
+  if (pod_lease) {
+    // Not a cancel target: no id, no block.
+  } else if (peer_id == 0) {
     peer_id = protocol::MakePeerId(BlockFor(hello.pod_id, 0, now, &joined.conflict_holder), local);
   } else if (protocol::PodBlockOfPeerId(peer_id) != 0) {
     BlockFor(hello.pod_id, protocol::PodBlockOfPeerId(peer_id), now, &joined.conflict_holder);
@@ -92,21 +99,27 @@ std::optional<Membership::Joined> Membership::Join(const JoinRequest& hello, abs
   member.last_heard = now;
   member.newest_report_seq = 0;
   member.expired = false;
+  member.budget = hello.role != JoinRequest::Role::kWorkerOfPod;
   member.open.clear();
   member.sent_caps.clear();
 
-  Pod& pod = pods_[hello.pod_id];
-  if (pod.block == 0) pod.block = joined.block;
-  if (!member.address.empty()) pod.address = member.address;
-  pod.members.insert(joined.key);
-
-  std::map<std::string, HeldShare> held;
-  for (const auto& db : hello.databases) {
-    held[db.database] = HeldShare{std::max(db.cap, 0), std::max(db.floor, 0), std::max(db.open, 0)};
-    member.sent_caps[db.database] = std::max(db.cap, 0);
-    member.open[db.database] = db.open;
+  if (!pod_lease) {
+    Pod& pod = pods_[hello.pod_id];
+    if (pod.block == 0) pod.block = joined.block;
+    if (!member.address.empty()) pod.address = member.address;
+    pod.members.insert(joined.key);
   }
-  allocator_.AddWorker(member.handle, held);
+
+  if (member.budget) {
+    std::map<std::string, HeldShare> held;
+    for (const auto& db : hello.databases) {
+      held[db.database] =
+          HeldShare{std::max(db.cap, 0), std::max(db.floor, 0), std::max(db.open, 0)};
+      member.sent_caps[db.database] = std::max(db.cap, 0);
+      member.open[db.database] = db.open;
+    }
+    allocator_.AddWorker(member.handle, held);
+  }
 
   for (const auto& k : hello.known_members) {
     if (!members_.contains(k) && recovering_) awaited_.insert(k);
@@ -127,6 +140,7 @@ bool Membership::Report(const std::string& key, uint64_t report_seq,
   if (member.expired) return false;
   member.last_heard = now;
   member.newest_report_seq = std::max(member.newest_report_seq, report_seq);
+  if (!member.budget) return true;
   for (const auto& db : databases) {
     allocator_.SetDemand(member.handle, db.database, db.demand, now);
     allocator_.SetOpen(member.handle, db.database, db.open);
@@ -140,6 +154,7 @@ bool Membership::Ack(const std::string& key, uint64_t grant_seq,
   auto it = members_.find(key);
   if (it == members_.end() || it->second.expired) return false;
   Member& member = it->second;
+  if (!member.budget) return true;
   for (const auto& db : databases) member.open[db.database] = db.open;
   allocator_.Ack(member.handle, grant_seq);
   return true;
@@ -156,7 +171,7 @@ bool Membership::Leave(const std::string& key, const std::vector<DatabaseReport>
     return true;
   }
   it->second.expired = true;
-  allocator_.ExpireWorker(it->second.handle);
+  if (it->second.budget) allocator_.ExpireWorker(it->second.handle);
   return false;
 }
 
@@ -164,15 +179,15 @@ void Membership::Detach(const std::string& key) {
   auto it = members_.find(key);
   if (it == members_.end()) return;
   it->second.connected = false;
-  if (!it->second.expired) allocator_.DetachWorker(it->second.handle);
+  if (!it->second.expired && it->second.budget) allocator_.DetachWorker(it->second.handle);
 }
 
 void Membership::Remove(const std::string& key, absl::Time now) {
   auto it = members_.find(key);
   if (it == members_.end()) return;
-  allocator_.RemoveWorker(it->second.handle);
+  if (it->second.budget) allocator_.RemoveWorker(it->second.handle);
   auto pod = pods_.find(it->second.pod_id);
-  if (pod != pods_.end()) {
+  if (pod != pods_.end() && pod->second.members.contains(key)) {
     pod->second.members.erase(key);
     if (pod->second.members.empty()) {
       const uint32_t block = pod->second.block;
@@ -193,7 +208,7 @@ Membership::TickOutcome Membership::Tick(absl::Time now) {
     const absl::Duration silent = now - member.last_heard;
     if (!member.expired && silent > options_.lease_timeout) {
       member.expired = true;
-      allocator_.ExpireWorker(member.handle);
+      if (member.budget) allocator_.ExpireWorker(member.handle);
       outcome.expired.push_back(Expired{key, member.peer_id, silent});
     }
     if (member.expired && silent > options_.forget_after) outcome.forgotten.push_back(key);

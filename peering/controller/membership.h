@@ -39,13 +39,17 @@ struct JoinRequest {
   std::vector<DatabaseReport> databases;   // what it holds
   std::vector<std::string> known_members;  // the last directory it saw
   std::vector<uint32_t> known_blocks;
+  // A worker leasing its own budget, a worker of a pod (no budget), or a pod's budget lease (local
+  // id 0: no peer id, not in the directory's pods).
+  enum class Role { kWorker, kWorkerOfPod, kPod };
+  Role role = Role::kWorker;
 };
 
 class Membership {
  public:
   struct Member {
     uint32_t handle = 0;  // the allocator's id
-    std::string key;      // "<pod_id>/<local>"
+    std::string key;      // "<pod_id>/<local>", "<pod_id>/pod" for a pod's lease
     std::string pod_id;
     uint32_t local = 0;
     uint32_t peer_id = 0;
@@ -56,6 +60,7 @@ class Membership {
     absl::Time last_heard;
     uint64_t newest_report_seq = 0;
     bool expired = false;
+    bool budget = true;                    // the allocator counts it (not a worker of a pod)
     std::map<std::string, int> open;       // last reported, per database
     std::map<std::string, int> sent_caps;  // last cap granted, per database
   };

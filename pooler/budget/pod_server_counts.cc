@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "pooler/base/strings.h"
 
 namespace pgfleet::budget {
@@ -39,15 +40,23 @@ struct PodServerCounts::Slot {
   // so the common case (nobody waits) costs no scan of the workers.
   std::atomic<int32_t> idle_total;
   std::atomic<int32_t> waiting_total;
+  // The pod's lease, for database keys.
+  std::atomic<int32_t> share_cap;
+  std::atomic<int32_t> share_floor;
+  std::atomic<int32_t> shedding;  // servers being closed to get under the share
 };
 
 struct PodServerCounts::Region {
   std::atomic<uint32_t> max_worker;  // the highest worker id that attached (bounds scans)
+  std::atomic<int64_t> lease_start_us;
+  std::atomic<int64_t> lease_timeout_us;
+  std::atomic<int64_t> lease_forget_after_us;
   Slot slots[kKeys];
   std::atomic<int32_t> open[kWorkers][kKeys];
   std::atomic<int32_t> idle[kWorkers][kKeys];
   std::atomic<int32_t> waiting[kWorkers][kKeys];
   std::atomic<int64_t> oldest_wait[kWorkers][kKeys];
+  std::atomic<int32_t> demand[kWorkers][kKeys];
 };
 
 PodServerCounts::Region* PodServerCounts::Map(int fd) {
@@ -77,6 +86,7 @@ void PodServerCounts::ReleaseWorker(int region_fd, uint32_t worker) {
     region->oldest_wait[worker][key].store(0);
     const int32_t waiting = region->waiting[worker][key].exchange(0);
     if (waiting != 0) region->slots[key].waiting_total.fetch_sub(waiting);
+    region->demand[worker][key].store(0);
   }
   munmap(region, sizeof(Region));
 }
@@ -240,6 +250,91 @@ std::optional<uint32_t> PodServerCounts::SiblingWithIdle(Key pool) const {
     }
   }
   return best;
+}
+
+void PodServerCounts::PublishShare(Key database, Share share) {
+  region_->slots[database].share_floor.store(share.floor);
+  region_->slots[database].share_cap.store(share.cap);
+}
+
+PodServerCounts::Share PodServerCounts::ShareOf(Key database) const {
+  return {region_->slots[database].share_cap.load(), region_->slots[database].share_floor.load()};
+}
+
+void PodServerCounts::PublishLeaseTimes(const LeaseTimes& times) {
+  region_->lease_timeout_us.store(times.timeout_us);
+  region_->lease_forget_after_us.store(times.forget_after_us);
+  region_->lease_start_us.store(times.start_us);
+}
+
+PodServerCounts::LeaseTimes PodServerCounts::lease_times() const {
+  return {region_->lease_start_us.load(), region_->lease_timeout_us.load(),
+          region_->lease_forget_after_us.load()};
+}
+
+PodServerCounts::Enforced PodServerCounts::EnforcedShare(Key database, int64_t now_us) const {
+  const Share share = ShareOf(database);
+  Enforced out{share.cap, false};
+  const LeaseTimes times = lease_times();
+  if (times.start_us == 0 || times.timeout_us <= 0) return out;
+  if (now_us >= times.start_us + times.timeout_us * 3 / 4) out.cap = std::min(out.cap, share.floor);
+  if (now_us >= times.start_us + times.forget_after_us - times.timeout_us) out.cap = 0;
+  out.force = now_us >= times.start_us + times.timeout_us * 9 / 10;
+  return out;
+}
+
+bool PodServerCounts::ClaimShed(Key key, int cap) {
+  std::atomic<int32_t>& shedding = region_->slots[key].shedding;
+  int32_t claimed = shedding.load();
+  while (region_->slots[key].total.load() - claimed > std::max(cap, 0)) {
+    if (shedding.compare_exchange_weak(claimed, claimed + 1)) return true;
+  }
+  return false;
+}
+
+void PodServerCounts::EndShed(Key key) { region_->slots[key].shedding.fetch_sub(1); }
+
+void PodServerCounts::SetDemand(Key pool, int demand) {
+  region_->demand[worker_][pool].store(demand, std::memory_order_relaxed);
+}
+
+int PodServerCounts::DemandTotal(Key pool) const {
+  int sum = 0;
+  const uint32_t limit = WorkerLimit();
+  for (uint32_t worker = 0; worker <= limit; ++worker) {
+    sum += region_->demand[worker][pool].load(std::memory_order_relaxed);
+  }
+  return sum;
+}
+
+std::vector<PodServerCounts::PoolName> PodServerCounts::PoolNames() const {
+  std::vector<PoolName> pools;
+  for (Key key = 0; key < kKeys; ++key) {
+    const Slot& slot = region_->slots[key];
+    if (slot.state.load(std::memory_order_acquire) != kReady || slot.length == 0) continue;
+    const std::string_view text(slot.text, slot.length);
+    if (text[0] != 'p') continue;
+    // "p<length of database>:<database><user>"
+    const size_t colon = text.find(':');
+    uint32_t length = 0;
+    if (colon == std::string_view::npos ||
+        !absl::SimpleAtoi(absl::string_view(text.data() + 1, colon - 1), &length) ||
+        length > text.size() - colon - 1) {
+      continue;
+    }
+    pools.push_back({std::string(text.substr(colon + 1, length)),
+                     std::string(text.substr(colon + 1 + length)), key});
+  }
+  return pools;
+}
+
+std::vector<std::string> PodServerCounts::DatabaseNames() const {
+  std::vector<std::string> names;
+  for (const Slot& slot : region_->slots) {
+    if (slot.state.load(std::memory_order_acquire) != kReady || slot.length == 0) continue;
+    if (slot.text[0] == 'd') names.emplace_back(slot.text + 1, slot.length - 1);
+  }
+  return names;
 }
 
 }  // namespace pgfleet::budget

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -89,6 +90,51 @@ class PodServerCounts {
     int64_t since_us;
   };
   std::optional<Waiter> OldestWaitingSibling(Key pool) const;
+
+  // The pod's lease with pgfleet-controller (docs/architecture.md, "Connection budget"): the
+  // share of each database the pod holds, written by the pod's lease holder and enforced by
+  // every worker. Kept here, not in the holder, so that the workers fall back to the floors on
+  // their own if the holder dies, and a restarted holder rejoins with what the pod holds.
+  struct Share {
+    int cap = 0;  // 0: nothing granted (zero-filled: a new pod may open nothing)
+    int floor = 0;
+  };
+  void PublishShare(Key database, Share share);
+  Share ShareOf(Key database) const;
+  // When the lease was last renewed (monotonic microseconds; 0 = never) and its timings.
+  struct LeaseTimes {
+    int64_t start_us = 0;
+    int64_t timeout_us = 0;
+    int64_t forget_after_us = 0;
+  };
+  void PublishLeaseTimes(const LeaseTimes& times);
+  LeaseTimes lease_times() const;
+  // What a worker enforces for `database` at `now_us`, timed as LeaseState times the lease: the
+  // share's cap while the lease holds (3/4 of lease_timeout after its start), then the floor, and
+  // nothing once the controller has forgotten the pod; `force` (9/10) closes busy servers too.
+  struct Enforced {
+    int cap = 0;
+    bool force = false;
+  };
+  Enforced EnforcedShare(Key database, int64_t now_us) const;
+  // Claims the closing of one server of `key` while the pod holds more than `cap`: false when
+  // the servers already claimed by this or other workers bring it down to `cap`. A claim ends
+  // with EndShed once the server is closed (and released). Two workers racing may close one more
+  // than needed, never fewer.
+  [[nodiscard]] bool ClaimShed(Key key, int cap);
+  void EndShed(Key key);
+  // This worker's demand for a pool (servers in use + clients waiting), and the pod's sum.
+  void SetDemand(Key pool, int demand);
+  int DemandTotal(Key pool) const;
+  // The names of every database key in the table ("d<name>").
+  std::vector<std::string> DatabaseNames() const;
+  // Every pool in the table, with its key.
+  struct PoolName {
+    std::string database;
+    std::string user;
+    Key key = 0;
+  };
+  std::vector<PoolName> PoolNames() const;
 
  private:
   struct Slot;

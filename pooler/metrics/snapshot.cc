@@ -278,9 +278,12 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
   for (const auto& [database, share] : shares) {
     auto* b = out->add_budgets();
     b->set_database(database);
-    // The controller's grant when one is in force, else the static split of the config.
-    const int64_t in_force =
-        registry_.budget().DatabaseCap(database).value_or(static_cast<int>(share));
+    // This worker's even part of the pod's share from the controller when one is in force, else
+    // of the config's budget, so that the workers' shares add up to the pod's.
+    const std::optional<int> pod_cap = registry_.budget().DatabaseCap(database);
+    const int64_t in_force = pod_cap.has_value()
+                                 ? config::StrictShare(*pod_cap, slot_, worker_count_)
+                                 : static_cast<int>(share);
     b->set_share(in_force < 0 ? 0 : in_force);
     int64_t total = 0;
     if (fleet_ != nullptr) {

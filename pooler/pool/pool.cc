@@ -338,6 +338,8 @@ void Pool::ReleaseServer(ServerConn* server) {
     // A cancel may still land; keep the server out of use until it has (docs/architecture.md,
     // "Cancel keys").
     MoveServer(server, ServerState::kCanceling);
+  } else if (registry_->budget().ShedOnRelease(server)) {
+    // Closed: the pod holds more of its database than the controller's share.
   } else if (server->close_on_release() ||
              registry_->budget().PodServers(this) >
                  pool_size() + context_.config().EffectiveReservePoolSize(db_)) {

@@ -1,17 +1,23 @@
 // Server connection budgets: the pod's counts and this worker's.
 #include "pooler/pool/server_budget.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
-#include "pooler/config/worker_share.h"
+#include "pooler/net/event_loop.h"
 #include "pooler/pool/pool.h"
 #include "pooler/pool/server_conn.h"
 
 namespace pgfleet::pool {
 
 using budget::PodServerCounts;
+
+namespace {
+// The lease's times in the pod's counts are monotonic microseconds, the same in every process.
+int64_t NowMicros() { return absl::ToUnixMicros(net::MonotonicNow()); }
+}  // namespace
 
 std::optional<PodKeys> ServerBudget::InternKeys(const Pool* pool) {
   auto pool_key = pod_.Intern(PodServerCounts::PoolKeyText(pool->db().name, pool->user()));
@@ -26,26 +32,26 @@ std::optional<PodKeys> ServerBudget::InternKeys(const Pool* pool) {
   return PodKeys{*pool_key, *db_key, *user_key};
 }
 
-bool ServerBudget::CapAllows(const Pool* pool) const {
-  if (!db_caps_enabled_ || pool->db().max_db_connections == 0) return true;
-  auto cap = db_caps_.find(pool->db().name);
-  if (cap == db_caps_.end() || cap->second <= 0) return false;
-  return DatabaseServerCount(pool->db().name) < cap->second;
+int ServerBudget::DatabaseLimit(const Pool* pool, PodServerCounts::Key database) {
+  const int configured = pool->db().max_db_connections;
+  if (configured < 0) return -1;
+  if (!db_caps_enabled_ || configured == 0) return configured;
+  const int cap = pod_.EnforcedShare(database, NowMicros()).cap;
+  return cap <= 0 ? -1 : std::min(cap, configured);
 }
 
 std::optional<ServerRoom> ServerBudget::Reserve(const Pool* pool, Purpose purpose) {
   const auto& keys = pool->PodKeysOf();
-  if (!keys.has_value() || !CapAllows(pool)) return std::nullopt;
+  if (!keys.has_value()) return std::nullopt;
   const config::Config& config = context_.config();
   int pool_limit = config.EffectivePoolSize(pool->db());
   if (purpose == Purpose::kReserve) pool_limit += config.EffectiveReservePoolSize(pool->db());
   if (purpose == Purpose::kMinPoolSize) pool_limit = config.EffectiveMinPoolSize(pool->db());
   if (pool_limit <= 0) return std::nullopt;
-  // With the controller, this worker's cap is the database's limit; the pod only counts.
-  const int db_limit = db_caps_enabled_ ? 0 : pool->db().max_db_connections;
+  const int db_limit = DatabaseLimit(pool, keys->database);
   const int user_limit = config.EffectiveMaxUserConnections(pool->server_user());
   if (!pod_.TryReserve({{keys->pool, pool_limit},
-                        {keys->database, db_limit < 0 ? -1 : db_limit},
+                        {keys->database, db_limit},
                         {keys->user, user_limit < 0 ? -1 : user_limit}})) {
     return std::nullopt;
   }
@@ -118,16 +124,15 @@ ServerBudget::FullBudgets ServerBudget::BudgetsFullFor(const Pool* pool) {
   if (!keys.has_value()) return {};
   const int pool_size = context_.config().EffectivePoolSize(pool->db());
   if (pod_.Total(keys->pool) >= pool_size) return {};
-  const int db_limit = pool->db().max_db_connections;
+  const int db_limit = DatabaseLimit(pool, keys->database);
   const int user_limit = context_.config().EffectiveMaxUserConnections(pool->server_user());
-  return {.database = db_limit < 0 ||
-                      (!db_caps_enabled_ && db_limit > 0 && pod_.Total(keys->database) >= db_limit),
+  return {.database = db_limit < 0 || (db_limit > 0 && pod_.Total(keys->database) >= db_limit),
           .user = user_limit < 0 || (user_limit > 0 && pod_.Total(keys->user) >= user_limit)};
 }
 
 bool ServerBudget::EvictIdleServerFor(const Pool* pool) {
   const FullBudgets full = BudgetsFullFor(pool);
-  const bool database_full = full.database || !CapAllows(pool);
+  const bool database_full = full.database;
   const bool user_full = full.user;
   if (!database_full && !user_full) return false;
   for (auto& [key, other] : pools_) {
@@ -140,49 +145,66 @@ bool ServerBudget::EvictIdleServerFor(const Pool* pool) {
   return false;
 }
 
-std::optional<int> ServerBudget::DatabaseCap(const std::string& db) const {
+std::optional<int> ServerBudget::DatabaseCap(const std::string& db) {
   if (!db_caps_enabled_) return std::nullopt;
-  auto it = db_caps_.find(db);
-  return it == db_caps_.end() ? 0 : it->second;
+  auto key = pod_.Intern(PodServerCounts::DatabaseKeyText(db));
+  if (!key.has_value()) return 0;
+  return std::max(pod_.EnforcedShare(*key, NowMicros()).cap, 0);
 }
 
-int ServerBudget::EnforceDatabaseCap(const std::string& db, bool force) {
-  const std::optional<int> cap = DatabaseCap(db);
-  if (!cap.has_value()) return 0;
-  int excess = DatabaseServerCount(db) - *cap;
-  if (excess <= 0) return 0;
-  std::vector<ServerConn*> idle, marked, busy;
-  for (const auto& [id, server] : servers_) {
-    if (server->pool()->db().name != db || server->state() == ServerState::kClosed) continue;
-    if (server->state() == ServerState::kIdle) {
-      idle.push_back(server);
-    } else if (server->close_on_release()) {
-      marked.push_back(server);
-    } else {
-      busy.push_back(server);
-    }
+bool ServerBudget::ShedServer(ServerConn* server, PodServerCounts::Key database, int cap,
+                              std::string_view reason) {
+  if (!pod_.ClaimShed(database, cap)) return false;
+  server->Close(reason);  // gives the room back to the pod (Closed) before the claim ends
+  pod_.EndShed(database);
+  return true;
+}
+
+int ServerBudget::EnforcePodShares() {
+  if (!db_caps_enabled_) return 0;
+  const int64_t now_us = NowMicros();
+  // This worker's demand per pool of a budgeted database, for the pod's lease: servers in use
+  // and clients waiting.
+  absl::flat_hash_map<std::string, PodServerCounts::Key> databases;
+  for (const auto& [name, pool] : pools_) {
+    if (pool->db().max_db_connections <= 0) continue;
+    const auto& keys = pool->PodKeysOf();
+    if (!keys.has_value()) continue;
+    databases[pool->db().name] = keys->database;
+    pod_.SetDemand(keys->pool,
+                   static_cast<int>(pool->active_server_count() + pool->login_server_count() +
+                                    pool->testing_server_count() + pool->waiting_count()));
   }
-  // Servers already marked close by themselves when released.
-  if (!force) excess -= static_cast<int>(marked.size());
+  over_share_.clear();
   int closed = 0;
-  for (ServerConn* server : idle) {
-    if (excess <= 0) break;
-    server->Close("over the budget share");
-    ++closed;
-    --excess;
-  }
-  if (force) busy.insert(busy.begin(), marked.begin(), marked.end());
-  for (ServerConn* server : busy) {
-    if (excess <= 0) break;
-    if (force) {
-      server->Close("budget share lost with the controller");
-      ++closed;
-    } else {
-      server->MarkCloseOnRelease();
+  for (const auto& [name, key] : databases) {
+    const PodServerCounts::Enforced share = pod_.EnforcedShare(key, now_us);
+    if (pod_.Total(key) <= share.cap) continue;
+    over_share_[name] = OverShare{key, share.cap};
+    std::vector<ServerConn*> idle, busy;
+    for (const auto& [id, server] : servers_) {
+      if (server->pool()->db().name != name) continue;
+      if (server->state() == ServerState::kIdle) idle.push_back(server);
+      if (server->state() == ServerState::kActive) busy.push_back(server);
     }
-    --excess;
+    for (ServerConn* server : idle) {
+      if (!ShedServer(server, key, share.cap, "over the pod's budget share")) break;
+      ++closed;
+    }
+    if (!share.force) continue;
+    for (ServerConn* server : busy) {
+      if (!ShedServer(server, key, share.cap, "budget share lost with the controller")) break;
+      ++closed;
+    }
   }
   return closed;
+}
+
+bool ServerBudget::ShedOnRelease(ServerConn* server) {
+  if (over_share_.empty()) return false;
+  auto it = over_share_.find(server->pool()->db().name);
+  if (it == over_share_.end()) return false;
+  return ShedServer(server, it->second.key, it->second.cap, "over the pod's budget share");
 }
 
 }  // namespace pgfleet::pool

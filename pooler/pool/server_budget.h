@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -86,19 +87,29 @@ class ServerBudget {
   int DatabaseServerCount(const std::string& db) const;
   int UserServerCount(const std::string& user) const;
 
-  // Caps on server connections per database granted by the budget controller; until
-  // EnableDatabaseCaps() the pod's max_db_connections applies alone.
+  // With pgfleet-controller, the pod's share of each budgeted database (written into the pod's
+  // counts by the pod's lease, peering/pod_lease.h) caps the pod's servers of that database on
+  // top of max_db_connections; until EnableDatabaseCaps() the config's budget applies alone.
   void EnableDatabaseCaps() { db_caps_enabled_ = true; }
-  void SetDatabaseCap(const std::string& db, int cap) { db_caps_[db] = cap; }
-  // The cap in force for `db`: nullopt while caps are off, 0 when none was granted.
-  std::optional<int> DatabaseCap(const std::string& db) const;
-  // Brings `db` toward its cap: closes idle servers over it and marks busy ones to close on
-  // release (with `force`, closes busy ones too). Returns how many servers were closed now.
-  int EnforceDatabaseCap(const std::string& db, bool force);
+  // The pod's cap in force for `db`: nullopt while caps are off, 0 when none was granted.
+  std::optional<int> DatabaseCap(const std::string& db);
+  // Every few milliseconds while caps are on: publishes this worker's demand per budgeted
+  // database for the pod's lease, and brings the pod under its shares: this worker closes its
+  // idle servers of a database over its share (claimed with its siblings, so that together they
+  // close no more than the excess), and its busy ones as they are released; once the lease is
+  // about to end (`force`), busy ones at once. Returns how many servers were closed now.
+  int EnforcePodShares();
+  // A server of `pool` was released: closes it (true) if its database is over the pod's share
+  // and no sibling closes one in its place.
+  bool ShedOnRelease(ServerConn* server);
 
  private:
-  // The controller's cap for `pool`'s database, when caps are on and the database is budgeted.
-  bool CapAllows(const Pool* pool) const;
+  // The limit on the pod's servers of `pool`'s database for TryReserve: its max_db_connections,
+  // or with caps on the pod's share (negative: nothing may be opened).
+  int DatabaseLimit(const Pool* pool, budget::PodServerCounts::Key database);
+  // Closes `server` if the pod's claim on its database's excess allows it.
+  bool ShedServer(ServerConn* server, budget::PodServerCounts::Key database, int cap,
+                  std::string_view reason);
   std::optional<ServerRoom> Reserve(const Pool* pool, Purpose purpose);
   // Frees room for `pool` by closing an idle server of another pool of this worker that shares
   // the full database or user. True when one was closed.
@@ -112,7 +123,13 @@ class ServerBudget {
   absl::flat_hash_map<std::string, int> db_server_counts_;
   absl::flat_hash_map<std::string, int> user_server_counts_;
   bool db_caps_enabled_ = false;
-  absl::flat_hash_map<std::string, int> db_caps_;
+  // Databases over the pod's share at the last EnforcePodShares, with their keys and caps:
+  // released servers of these close (ShedOnRelease). Empty in the common case.
+  struct OverShare {
+    budget::PodServerCounts::Key key = 0;
+    int cap = 0;
+  };
+  absl::flat_hash_map<std::string, OverShare> over_share_;
 };
 
 }  // namespace pgfleet::pool

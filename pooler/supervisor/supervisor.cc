@@ -235,6 +235,74 @@ uint32_t Supervisor::NextPeerId() {
   }
 }
 
+pid_t Supervisor::Exec(std::vector<std::string> args, const std::vector<int>& inherit) {
+  args.insert(args.begin(), options_.binary_path);
+  // Built before fork: the child only calls async-signal-safe functions (the exporter's threads
+  // exist in this process, so the child must not allocate).
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t supervisor_pid = getpid();
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  // A child must not outlive its supervisor (killed or crashed), still serving the port with
+  // nobody to restart or stop it: SIGTERM then, which it takes as a graceful shutdown.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != supervisor_pid) _exit(0);
+  for (int fd : inherit) ClearCloexec(fd);
+  // Keep the control signals blocked across exec: a signal that arrives before the child has
+  // its signalfd stays pending instead of killing it (the mask survives execv).
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGHUP, SIGTERM, SIGINT, SIGUSR2}) sigaddset(&mask, sig);
+  sigprocmask(SIG_SETMASK, &mask, nullptr);
+  execv(options_.binary_path.c_str(), argv.data());
+  _exit(127);
+}
+
+void Supervisor::SpawnPodLease() {
+  if (shutting_down_ || !config_.controller.enabled()) return;
+  pod_lease_pid_ = Exec({absl::StrCat("--config=", options_.config_path), "--pod_lease",
+                         absl::StrCat("--runtime_dir=", runtime_dir_),
+                         absl::StrCat("--pod_servers_fd=", pod_servers_fd_)},
+                        {pod_servers_fd_});
+  if (pod_lease_pid_ < 0) {
+    PGFLEET_LOG(kError, "pod_lease_not_started", "error=fork_failed");
+    loop_.RunAfter(kMinBackoff, [this] { SpawnPodLease(); });
+    return;
+  }
+  PGFLEET_LOG(kInfo, "pod_lease_started", "pid=", pod_lease_pid_);
+}
+
+void Supervisor::OnPodLeaseExited(int status) {
+  pod_lease_pid_ = -1;
+  if (shutting_down_) {
+    PGFLEET_LOG(kInfo, "pod_lease_exited", DescribeExit(status));
+    if (processes_.empty()) loop_.Stop();
+    return;
+  }
+  if (pod_lease_rolling_) {
+    pod_lease_rolling_ = false;
+    SpawnPodLease();
+    return;
+  }
+  // The workers keep the shares it left in the pod's counts, and fall back to the floors on
+  // their own if no holder renews the lease in time.
+  pod_lease_backoff_ = std::clamp(pod_lease_backoff_ * 2, kMinBackoff, kMaxBackoff);
+  PGFLEET_LOG(kError, "pod_lease_died", DescribeExit(status),
+              " backoff_ms=", absl::ToInt64Milliseconds(pod_lease_backoff_));
+  loop_.RunAfter(pod_lease_backoff_, [this] { SpawnPodLease(); });
+}
+
+void Supervisor::FinishShutdown() {
+  if (!processes_.empty()) return;
+  if (pod_lease_pid_ > 0) {
+    kill(pod_lease_pid_, SIGTERM);  // it leaves the controller, then exits (OnPodLeaseExited)
+    return;
+  }
+  loop_.Stop();
+}
+
 pid_t Supervisor::Spawn(int slot) {
   int ready[2];
   if (pipe2(ready, O_CLOEXEC) != 0) return -1;
@@ -247,7 +315,6 @@ pid_t Supervisor::Spawn(int slot) {
   std::vector<int> listen_fds = {tcp_fds_[static_cast<size_t>(slot)]};
   if (unix_fd_ >= 0) listen_fds.push_back(unix_fd_);
   std::vector<std::string> args = {
-      options_.binary_path,
       "--config",
       options_.config_path,
       absl::StrCat("--worker_slot=", slot),
@@ -261,37 +328,15 @@ pid_t Supervisor::Spawn(int slot) {
       absl::StrCat("--metrics_fd=", metrics_fd),
       absl::StrCat("--metrics_slot=", std::max(metrics_slot, 0)),
   };
-  // Built before fork: the child only calls async-signal-safe functions (the exporter's threads
-  // exist in this process, so the child must not allocate).
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t supervisor_pid = getpid();
-  pid_t pid = fork();
+  std::vector<int> inherit = listen_fds;
+  inherit.insert(inherit.end(), {budget_fd_, pod_servers_fd_, ready[1]});
+  if (metrics_fd >= 0) inherit.push_back(metrics_fd);
+  const pid_t pid = Exec(std::move(args), inherit);
   if (pid < 0) {
     close(ready[0]);
     close(ready[1]);
     if (metrics_slot >= 0) metrics_slot_used_[static_cast<size_t>(metrics_slot)] = false;
     return -1;
-  }
-  if (pid == 0) {
-    // A worker must not outlive its supervisor (killed or crashed), still serving the port with
-    // nobody to restart or stop it: SIGTERM then, which the worker takes as a graceful shutdown.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != supervisor_pid) _exit(0);
-    for (int fd : listen_fds) ClearCloexec(fd);
-    ClearCloexec(budget_fd_);
-    ClearCloexec(pod_servers_fd_);
-    ClearCloexec(ready[1]);
-    if (metrics_fd >= 0) ClearCloexec(metrics_fd);
-    // Keep the control signals blocked across exec: a signal that arrives before the worker
-    // has its signalfd stays pending instead of killing it (the mask survives execv).
-    sigset_t mask;
-    sigemptyset(&mask);
-    for (int sig : {SIGHUP, SIGTERM, SIGINT, SIGUSR2}) sigaddset(&mask, sig);
-    sigprocmask(SIG_SETMASK, &mask, nullptr);
-    execv(options_.binary_path.c_str(), argv.data());
-    _exit(127);
   }
   close(ready[1]);
   Process process;
@@ -351,6 +396,10 @@ void Supervisor::ReapChildren() {
 }
 
 void Supervisor::OnChildExited(pid_t pid, int status) {
+  if (pid == pod_lease_pid_) {
+    OnPodLeaseExited(status);
+    return;
+  }
   auto it = processes_.find(pid);
   if (it == processes_.end()) return;
   Process process = it->second;
@@ -372,7 +421,7 @@ void Supervisor::OnChildExited(pid_t pid, int status) {
   if (shutting_down_) {
     PGFLEET_LOG(kInfo, "worker_exited", "slot=", process.slot, " pid=", pid, " ",
                 DescribeExit(status));
-    if (processes_.empty()) loop_.Stop();
+    FinishShutdown();
     return;
   }
   if (process.role == Role::kDraining) {
@@ -422,6 +471,11 @@ void Supervisor::ContinueRollingRestart() {
   if (shutting_down_ || rolling_new_pid_ > 0) return;
   if (rolling_queue_.empty()) {
     PGFLEET_LOG(kInfo, "rolling_restart_done", "workers=", worker_count_);
+    if (pod_lease_pid_ > 0) {
+      // The lease process too; its successor rejoins with what the pod holds.
+      pod_lease_rolling_ = true;
+      kill(pod_lease_pid_, SIGTERM);
+    }
     return;
   }
   int slot = rolling_queue_.front();
@@ -432,6 +486,8 @@ void Supervisor::ContinueRollingRestart() {
 
 void Supervisor::ForwardSignal(int signo) {
   for (const auto& [pid, p] : processes_) kill(pid, signo);
+  // The lease process reloads its budgets on SIGHUP; it stops only after the workers.
+  if (signo == SIGHUP && pod_lease_pid_ > 0) kill(pod_lease_pid_, SIGHUP);
 }
 
 void Supervisor::BeginShutdown(int signo) {
@@ -443,7 +499,7 @@ void Supervisor::BeginShutdown(int signo) {
   // drop their copies: new clients get a refusal they can retry elsewhere (Kubernetes has
   // stopped routing to this pod by now) rather than hanging in a backlog until the drain ends.
   CloseListeners();
-  if (processes_.empty()) loop_.Stop();
+  FinishShutdown();
 }
 
 void Supervisor::CheckBinaryChanged() {
@@ -471,6 +527,7 @@ void Supervisor::CheckBinaryChanged() {
 }
 
 absl::Status Supervisor::Run() {
+  SpawnPodLease();
   for (int slot = 0; slot < worker_count_; ++slot) {
     pid_t pid = Spawn(slot);
     if (pid < 0) return absl::InternalError("fork failed");

@@ -64,6 +64,14 @@ class Supervisor {
   absl::Status CreateListeners();
   // Starts a worker for `slot`; returns its pid or -1.
   pid_t Spawn(int slot);
+  // fork+exec of this binary with `args` (after argv[0]), keeping `inherit` open in the child.
+  pid_t Exec(std::vector<std::string> args, const std::vector<int>& inherit);
+  // With pgfleet-controller: the process that holds the pod's budget lease (peering/pod_lease.h),
+  // restarted when it dies, stopped after the last worker.
+  void SpawnPodLease();
+  void OnPodLeaseExited(int status);
+  // Every worker is gone (shutdown): the lease process goes last, then the loop stops.
+  void FinishShutdown();
   uint32_t NextPeerId();
   void OnWorkerReady(pid_t pid);
   // Unregisters and deletes pid's ReadyWatcher once the event loop's current batch is done.
@@ -99,6 +107,9 @@ class Supervisor {
   std::vector<absl::Duration> backoff_;                          // per slot
   std::vector<absl::Time> last_crash_;                           // per slot
   uint32_t next_peer_id_ = 1;
+  pid_t pod_lease_pid_ = -1;
+  absl::Duration pod_lease_backoff_;
+  bool pod_lease_rolling_ = false;  // stopped to run the new binary: start it again at once
   bool shutting_down_ = false;
   std::vector<int> rolling_queue_;  // slots still to roll
   pid_t rolling_new_pid_ = -1;      // replacement we wait on

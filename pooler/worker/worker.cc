@@ -7,7 +7,6 @@
 #include "pooler/base/log.h"
 #include "pooler/base/status_macros.h"
 #include "pooler/net/socket.h"
-#include "pooler/worker/registry_cap_target.h"
 
 namespace pgfleet::worker {
 
@@ -48,7 +47,7 @@ absl::Status Worker::Init() {
                                                    options_.peer_id, base::SystemRandom());
   registry_->context().set_hba(std::move(hba));
   registry_->context().set_tls(std::move(tls));
-  fleet_->AttachCapTarget(std::make_unique<RegistryCapTarget>(registry_.get()));
+  if (fleet_->budget_caps()) registry_->budget().EnableDatabaseCaps();
   StartStats(fleet_config);
   if (options_.client_budget_fd >= 0) {
     RETURN_IF_ERROR(
@@ -56,6 +55,12 @@ absl::Status Worker::Init() {
   }
   if (options_.pod_servers_fd >= 0) {
     RETURN_IF_ERROR(registry_->budget().AttachPod(options_.pod_servers_fd, local_peer_id));
+  }
+  fleet_->Start(&registry_->budget().pod(), /*lone_worker=*/options_.pod_servers_fd < 0);
+  if (fleet_->budget_caps()) {
+    // As often as a lease client ticks: a lowered share is reached within a few tens of ms.
+    pod_share_timer_ =
+        loop_.RunEvery(absl::Milliseconds(25), [this] { registry_->budget().EnforcePodShares(); });
   }
 
   auto on_accept = [this](int fd, std::string peer) {

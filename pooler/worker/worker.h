@@ -76,6 +76,8 @@ class Worker {
   std::unique_ptr<pool::PoolRegistry> registry_;
   // One pool per pod: the sibling hand-off sockets (with a supervisor); goes before the registry.
   std::unique_ptr<HandoffChannel> handoff_;
+  // With pgfleet-controller: the pod's shares enforced on this worker's servers.
+  net::EventLoop::TimerId pod_share_timer_ = 0;
   uint32_t local_peer_id_ = 0;
   std::vector<std::unique_ptr<net::Listener>> listeners_;
   std::unique_ptr<net::SignalWatcher> signals_;

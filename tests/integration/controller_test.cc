@@ -302,7 +302,8 @@ TEST_F(ControllerTest, BusyPodGetsMostOfTheBudgetAndTheFleetNeverExceedsIt) {
   EXPECT_LE(sampler.max_total(), kBudget) << sampler.Describe() << "\n" << controller->Log();
   EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_budget{database=\"postgres\"}", kBudget),
             kBudget);
-  EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_members{state=\"live\"}", 3), 3);
+  // Each pod is its worker and its budget lease.
+  EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_members{state=\"live\"}", 6), 6);
   EXPECT_LE(controller->Sample("pgfleet_controller_committed_connections{database=\"postgres\"}"),
             kBudget);
 }
@@ -367,7 +368,8 @@ TEST_F(ControllerTest, ControllerKilledAndRestartedUnderLoadKeepsTheFleetUnderBu
   EXPECT_THAT(log, HasSubstr("peer_id=513 block=2 reclaimed=true"));
   EXPECT_THAT(log, HasSubstr("peer_id=769 block=3 reclaimed=true"));
   EXPECT_THAT(log, HasSubstr("event=recovery_done"));
-  EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_members{state=\"live\"}", 3), 3);
+  // Each pod is its worker and its budget lease.
+  EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_members{state=\"live\"}", 6), 6);
   // Shares follow demand again after the restart.
   EXPECT_GE(window["ctlpodA"].first, 5) << sampler.Describe();
 }
@@ -684,7 +686,7 @@ TEST_F(ControllerTest, PeeringAndControllerRefuseCallsWithoutTheToken) {
   ctlv1::ControllerMessage reply;
   EXPECT_FALSE(stream->Read(&reply));
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_members{state=\"live\"}", 1), 1)
+  EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_members{state=\"live\"}", 2), 2)
       << controller->Log();
   EXPECT_GE(
       WaitForSample(*controller, "pgfleet_controller_events_total{event=\"refused_calls\"}", 1), 1);

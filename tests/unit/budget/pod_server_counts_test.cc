@@ -95,6 +95,60 @@ TEST_F(PodServerCountsTest, SiblingsSeeEachOthersIdleServersAndWaitingClients) {
   EXPECT_EQ(b_.SiblingWithIdle(pool), std::nullopt);
 }
 
+TEST_F(PodServerCountsTest, TheLeaseSharesHoldUntilTheLeaseRunsOutThenTheFloorThenNothing) {
+  const auto db = a_.Intern(PodServerCounts::DatabaseKeyText("app"));
+  ASSERT_TRUE(db.has_value());
+  // A new pod holds nothing.
+  EXPECT_EQ(b_.EnforcedShare(*db, 1'000'000).cap, 0);
+  a_.PublishShare(*db, {.cap = 6, .floor = 2});
+  // No lease times yet (never renewed): the share as written.
+  EXPECT_EQ(b_.EnforcedShare(*db, 1'000'000).cap, 6);
+  const int64_t start = 10'000'000, timeout = 1'000'000, forget = 30'000'000;
+  a_.PublishLeaseTimes({start, timeout, forget});
+  EXPECT_EQ(b_.EnforcedShare(*db, start + timeout * 3 / 4 - 1).cap, 6);
+  EXPECT_FALSE(b_.EnforcedShare(*db, start + timeout * 3 / 4 - 1).force);
+  // The holder stopped renewing (it died): the workers shrink to the floor on their own...
+  EXPECT_EQ(b_.EnforcedShare(*db, start + timeout * 3 / 4).cap, 2);
+  EXPECT_FALSE(b_.EnforcedShare(*db, start + timeout * 3 / 4).force);
+  EXPECT_TRUE(b_.EnforcedShare(*db, start + timeout * 9 / 10).force);
+  // ... and hold nothing once the controller may have given their floor away.
+  EXPECT_EQ(b_.EnforcedShare(*db, start + forget - timeout).cap, 0);
+  // A renewal moves the start: the share is back.
+  a_.PublishLeaseTimes({start + forget, timeout, forget});
+  EXPECT_EQ(b_.EnforcedShare(*db, start + forget + 1).cap, 6);
+  const PodServerCounts::Share share = b_.ShareOf(*db);
+  EXPECT_EQ(share.cap, 6);
+  EXPECT_EQ(share.floor, 2);
+  EXPECT_EQ(b_.lease_times().start_us, start + forget);
+  EXPECT_EQ(b_.DatabaseNames(), std::vector<std::string>{"app"});
+}
+
+TEST_F(PodServerCountsTest, SiblingsClaimNoMoreClosesThanTheExcessAndDemandAddsUp) {
+  const auto db = a_.Intern(PodServerCounts::DatabaseKeyText("app"));
+  ASSERT_TRUE(db.has_value());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(a_.TryReserve({{*db, 0}}));
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(b_.TryReserve({{*db, 0}}));
+  // 5 open, share 3: two closes between both workers, however they interleave.
+  EXPECT_TRUE(a_.ClaimShed(*db, 3));
+  EXPECT_TRUE(b_.ClaimShed(*db, 3));
+  EXPECT_FALSE(a_.ClaimShed(*db, 3));
+  EXPECT_FALSE(b_.ClaimShed(*db, 3));
+  a_.Release({*db});
+  a_.EndShed(*db);
+  EXPECT_FALSE(a_.ClaimShed(*db, 3));
+  b_.Release({*db});
+  b_.EndShed(*db);
+  EXPECT_EQ(a_.Total(*db), 3);
+  EXPECT_FALSE(b_.ClaimShed(*db, 3));
+  a_.SetDemand(*db, 4);
+  b_.SetDemand(*db, 3);
+  EXPECT_EQ(a_.DemandTotal(*db), 7);
+  // A dead worker's demand goes with it.
+  PodServerCounts::ReleaseWorker(fd_, 2);
+  EXPECT_EQ(a_.DemandTotal(*db), 4);
+  EXPECT_EQ(a_.Total(*db), 2);
+}
+
 TEST_F(PodServerCountsTest, ConcurrentReservationsNeverExceedTheLimit) {
   const auto pool = *a_.Intern(PodServerCounts::PoolKeyText("app", "alice"));
   constexpr int kLimit = 7;

@@ -22,7 +22,7 @@ constexpr absl::Duration kTick = absl::Milliseconds(25);
 class IdleTarget final : public CapTarget {
  public:
   std::vector<Usage> Usages() override { return {Usage{"app", 12, open, 3}}; }
-  void SetCap(const std::string&, int new_cap) override { cap = new_cap; }
+  void SetCap(const std::string&, int new_cap, int) override { cap = new_cap; }
   int Enforce(const std::string&, bool) override {
     const int closed = open - cap;
     open = cap;

@@ -2,6 +2,7 @@
 // rejoin, leave, and the recovery of a restarted controller.
 #include "peering/controller/membership.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,47 @@ TEST_F(MembershipTest, WorkersOfOnePodShareABlockAndPodsGetTheirOwn) {
   EXPECT_EQ(a2.peer_id, protocol::MakePeerId(a1.block, 2));
   EXPECT_EQ(membership_.pods().size(), 2u);
   EXPECT_EQ(membership_.pods().at("pod-a").members.size(), 2u);
+}
+
+TEST_F(MembershipTest, APodsLeaseTakesTheBudgetAndItsWorkersOnlyTheirIds) {
+  JoinRequest worker1 = Hello("pod-a", 1);
+  worker1.role = JoinRequest::Role::kWorkerOfPod;
+  JoinRequest worker2 = Hello("pod-a", 2);
+  worker2.role = JoinRequest::Role::kWorkerOfPod;
+  JoinRequest pod = Hello("pod-a", 0);
+  pod.role = JoinRequest::Role::kPod;
+  pod.address.clear();
+  const auto w1 = Join(worker1);
+  const auto w2 = Join(worker2);
+  const auto lease = Join(pod);
+  EXPECT_EQ(lease.key, "pod-a/pod");
+  EXPECT_EQ(lease.peer_id, 0u);
+  EXPECT_EQ(protocol::PodBlockOfPeerId(w1.peer_id), protocol::PodBlockOfPeerId(w2.peer_id));
+  // The directory's pod lists the workers, the cancel targets, not the lease.
+  EXPECT_EQ(membership_.pods().at("pod-a").members.size(), 2u);
+  EXPECT_EQ(membership_.pods().at("pod-a").address, "pod-a:9128");
+  clock_.Advance(kLease);
+  EXPECT_TRUE(Report(lease.key));
+  EXPECT_TRUE(Report(w1.key));
+  EXPECT_TRUE(Report(w2.key));
+  membership_.Tick(clock_.Now());  // recovery over: raises allowed
+  ASSERT_FALSE(membership_.recovering());
+  // Only the pod's lease is granted a share, all of the budget for the only demand there is.
+  std::map<std::string, int> caps;
+  for (const auto& grant : membership_.Rebalance(clock_.Now())) {
+    for (const auto& share : grant.shares) caps[grant.key] = share.cap;
+  }
+  EXPECT_FALSE(caps.contains(w1.key));
+  EXPECT_FALSE(caps.contains(w2.key));
+  EXPECT_GT(caps[lease.key], 0);
+  EXPECT_FALSE(membership_.allocator().Share(Get(w1.key).handle, "app").has_value());
+  // The lease leaving does not take the pod's block away from its workers.
+  EXPECT_TRUE(membership_.Leave(lease.key, {DatabaseReport{"app", 10, 0, 0, 0, 0}}, clock_.Now()));
+  EXPECT_EQ(membership_.pods().at("pod-a").block, protocol::PodBlockOfPeerId(w1.peer_id));
+  // A pod's lease names no worker and no peer id.
+  JoinRequest bad = Hello("pod-a", 3);
+  bad.role = JoinRequest::Role::kPod;
+  EXPECT_FALSE(Membership::IsValid(bad));
 }
 
 TEST_F(MembershipTest, MalformedHellosAreRefused) {

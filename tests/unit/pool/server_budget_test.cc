@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "pooler/base/random.h"
 #include "pooler/config/worker_share.h"
 #include "pooler/net/event_loop.h"
@@ -91,21 +92,47 @@ TEST_F(ServerBudgetTest, ThePoolSizeHoldsForThePodAndTheReserveAddsToIt) {
   EXPECT_FALSE(budget().TryOpen(reports, ServerBudget::Purpose::kMinPoolSize).has_value());
 }
 
-TEST_F(ServerBudgetTest, ControllerCapsReplaceThePodLimitOnceEnabled) {
+TEST_F(ServerBudgetTest, ThePodsShareFromTheControllerCapsADatabaseOnceEnabled) {
   Start(0);
   Pool* app = PoolOf("app", "alice");
   EXPECT_EQ(budget().DatabaseCap("app"), std::nullopt);
   budget().EnableDatabaseCaps();
-  // Budgeted and no cap granted yet: nothing may be opened.
+  // Budgeted and no share granted yet: nothing may be opened.
   EXPECT_EQ(budget().DatabaseCap("app"), 0);
   EXPECT_FALSE(Opens(budget(), app));
-  budget().SetDatabaseCap("app", 1);
+  // The pod's lease writes its share into the pod's counts.
+  const auto key = budget().pod().Intern(budget::PodServerCounts::DatabaseKeyText("app"));
+  ASSERT_TRUE(key.has_value());
+  budget().pod().PublishShare(*key, {.cap = 1, .floor = 0});
+  EXPECT_EQ(budget().DatabaseCap("app"), 1);
+  std::vector<ServerRoom> rooms;
+  EXPECT_TRUE(Opens(budget(), app, &rooms));
+  EXPECT_FALSE(Opens(budget(), app));
+  EXPECT_TRUE(budget().BudgetsFullFor(app).database);
+  // A larger share never lifts the config's max_db_connections (2).
+  budget().pod().PublishShare(*key, {.cap = 5, .floor = 0});
+  EXPECT_TRUE(Opens(budget(), app, &rooms));
+  EXPECT_FALSE(Opens(budget(), app));
+  // An unbudgeted database ignores shares.
+  EXPECT_TRUE(Opens(budget(), PoolOf("reports", "alice")));
+}
+
+TEST_F(ServerBudgetTest, WithoutRenewalsTheShareFallsToTheFloor) {
+  Start(0);
+  Pool* app = PoolOf("app", "alice");
+  budget().EnableDatabaseCaps();
+  const auto key = budget().pod().Intern(budget::PodServerCounts::DatabaseKeyText("app"));
+  ASSERT_TRUE(key.has_value());
+  budget().pod().PublishShare(*key, {.cap = 2, .floor = 1});
+  // The lease was last renewed a lease_timeout ago: its holder is gone.
+  const int64_t now = absl::ToUnixMicros(net::MonotonicNow());
+  budget().pod().PublishLeaseTimes({now - 1'000'000, 1'000'000, 60'000'000});
+  EXPECT_EQ(budget().DatabaseCap("app"), 1);
   EXPECT_TRUE(Opens(budget(), app));
   EXPECT_FALSE(Opens(budget(), app));
-  // An unbudgeted database ignores caps.
-  EXPECT_TRUE(Opens(budget(), PoolOf("reports", "alice")));
-  // Nothing over the cap: nothing to close.
-  EXPECT_EQ(budget().EnforceDatabaseCap("app", /*force=*/true), 0);
+  // The worker publishes its demand for the pod's lease (no servers in use, none waiting).
+  EXPECT_EQ(budget().EnforcePodShares(), 0);
+  EXPECT_EQ(budget().pod().DemandTotal(*key), 0);
 }
 
 }  // namespace
