@@ -54,7 +54,9 @@ absl::StatusOr<std::unique_ptr<ControllerMetrics>> ControllerMetrics::Start(
   }
   metrics->registry_ = std::make_shared<prometheus::Registry>();
   auto& r = *metrics->registry_;
-  metrics->members_ = AddGauge(r, kMembersMetric, "Workers the controller counts, by lease state");
+  metrics->members_ = AddGauge(
+      r, kMembersMetric,
+      "Members the controller counts (each worker, and each pod's budget lease), by lease state");
   metrics->pods_ = AddGauge(r, kPodsMetric, "Pods with at least one member");
   metrics->recovering_ = AddGauge(
       r, kRecoveringMetric, "1 while a restarted controller waits for the members before granting");

@@ -62,6 +62,8 @@ void AddPool(const PoolStats& from, AddMode mode, PoolStats* into) {
   into->set_wait_time_us(into->wait_time_us() + from.wait_time_us());
   into->set_server_assignments(into->server_assignments() + from.server_assignments());
   into->set_errors(into->errors() + from.errors());
+  into->set_servers_handed_over(into->servers_handed_over() + from.servers_handed_over());
+  into->set_servers_adopted(into->servers_adopted() + from.servers_adopted());
   AddHistogram(from.query_duration(), into->mutable_query_duration());
   AddHistogram(from.transaction_duration(), into->mutable_transaction_duration());
   AddHistogram(from.wait_duration(), into->mutable_wait_duration());

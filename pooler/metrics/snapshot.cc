@@ -258,6 +258,8 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
     p->set_wait_time_us(st.wait_time_us);
     p->set_server_assignments(st.server_assignments);
     p->set_errors(st.errors);
+    p->set_servers_handed_over(st.servers_handed_over);
+    p->set_servers_adopted(st.servers_adopted);
     FillHistogram(st.query_duration, p->mutable_query_duration());
     FillHistogram(st.transaction_duration, p->mutable_transaction_duration());
     FillHistogram(st.wait_duration, p->mutable_wait_duration());

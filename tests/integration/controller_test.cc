@@ -424,6 +424,79 @@ TEST_F(ControllerTest, PodsCutOffFromTheControllerKeepServingThenShrinkToTheirFl
   EXPECT_THAT(a->Log(), HasSubstr("event=controller_lease_lost"));
 }
 
+// A pod of several workers is one member of the budget: its lease takes one share per database
+// and its workers divide it through the pod's counts, handing idle servers to each other, while
+// the fleet stays under the budget.
+TEST_F(ControllerTest, PodsOfSeveralWorkersLeaseOneShareAndStayUnderBudgetWhileServersMove) {
+  auto controller = StartController();
+  auto a = StartPod("A", "127.0.0.2", *controller, /*workers=*/3);
+  auto b = StartPod("B", "127.0.0.3", *controller, /*workers=*/3);
+  BudgetSampler sampler;
+  {
+    Load load_a(*a, 45), load_b(*b, 4);
+    SleepMs(4000);
+    sampler.Mark();
+    SleepMs(2000);
+    auto window = sampler.Window();
+    // Servers moved between A's workers: the pod's share was its limit, its clients on three.
+    EXPECT_TRUE(WaitFor([&] { return MetricSum(*a, "pgfleet_server_handoffs_total") > 0; },
+                        std::chrono::seconds(5)));
+    load_a.Stop();
+    load_b.Stop();
+    EXPECT_EQ(load_a.errors() + load_b.errors(), 0) << load_a.first_error() << load_b.first_error();
+    EXPECT_GT(load_b.ok(), 0);
+    // A per-worker lease would hold back a floor for each of B's three workers; as one member
+    // per pod, the busy pod gets most of the budget.
+    EXPECT_GE(window["ctlpodA"].second, 7.5) << sampler.Describe();
+  }
+  sampler.Stop();
+  EXPECT_GT(sampler.samples(), 50);
+  EXPECT_LE(sampler.max_total(), kBudget) << sampler.Describe() << "\n" << controller->Log();
+  // Two pods: six workers and two leases.
+  EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_members{state=\"live\"}", 8), 8);
+  EXPECT_EQ(WaitForSample(*controller, "pgfleet_controller_pods", 2), 2);
+  EXPECT_LE(controller->Sample("pgfleet_controller_committed_connections{database=\"postgres\"}"),
+            kBudget);
+}
+
+// The pod's lease process dies: the supervisor starts another, which rejoins with what the pod
+// holds; the workers keep serving within the share all along.
+TEST_F(ControllerTest, ThePodsLeaseProcessRestartsAndTheWorkersKeepTheirShare) {
+  auto controller = StartController();
+  auto a = StartPod("A", "127.0.0.2", *controller, /*workers=*/2);
+  auto b = StartPod("B", "127.0.0.3", *controller);
+  BudgetSampler sampler;
+  Load load_a(*a, 30), load_b(*b, 4);
+  SleepMs(3000);
+  const pid_t lease = PodLeasePid(a->pid());
+  ASSERT_GT(lease, 0);
+  sampler.Mark();
+  ASSERT_EQ(kill(lease, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const pid_t now = PodLeasePid(a->pid());
+        return now > 0 && now != lease;
+      },
+      std::chrono::seconds(5)))
+      << a->Log();
+  EXPECT_TRUE(
+      WaitFor([&] { return a->Log().find("event=pod_lease_restored") != std::string::npos; },
+              std::chrono::seconds(5)));
+  const int ok_after_restart = load_a.ok();
+  SleepMs(2000);
+  auto window = sampler.Window();
+  EXPECT_GT(load_a.ok(), ok_after_restart);
+  load_a.Stop();
+  load_b.Stop();
+  sampler.Stop();
+  EXPECT_EQ(load_a.errors() + load_b.errors(), 0) << load_a.first_error() << load_b.first_error();
+  // It kept its share through the restart: never down to its floor.
+  EXPECT_GE(window["ctlpodA"].second, 5) << sampler.Describe();
+  EXPECT_LE(sampler.max_total(), kBudget) << sampler.Describe() << "\n" << controller->Log();
+  EXPECT_THAT(a->Log(), HasSubstr("event=pod_lease_died"));
+  EXPECT_THAT(controller->Log(), HasSubstr("/pod"));
+}
+
 // A session opened with the wire protocol, to learn its BackendKeyData (libpq keeps the secret
 // to itself) and send a query without waiting for it.
 class RawSession {

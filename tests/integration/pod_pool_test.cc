@@ -42,22 +42,6 @@ void WaitForWorkers(const PgfleetProcess& fleet, size_t n) {
   ASSERT_TRUE(Ok(probe)) << ErrorOf(probe);
 }
 
-// The sum over workers of a counter in /metrics.
-double MetricSum(const PgfleetProcess& fleet, const std::string& name) {
-  std::string body;
-  if (HttpGet(fleet.metrics_port(), "/metrics", &body) != 200) return -1;
-  double sum = 0;
-  for (auto line : absl::StrSplit(body, '\n')) {
-    if (!absl::StartsWith(line, name) || line.size() <= name.size() ||
-        (line[name.size()] != '{' && line[name.size()] != ' ')) {
-      continue;
-    }
-    double value = 0;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) sum += value;
-  }
-  return sum;
-}
-
 // The log lines about server connections opening and closing, to explain a count.
 std::string ServerEvents(const PgfleetProcess& fleet) {
   std::string out;
@@ -167,7 +151,7 @@ TEST_F(PodPoolTest, LongQueriesDoNotStallClientsWhileThePodHasIdleServers) {
 
 TEST_F(PodPoolTest, APoolSmallerThanTheWorkerCountServesEveryWorker) {
   // A pool of 2 for 4 workers: with static shares two workers had no server at all.
-  PgfleetProcess fleet(PodConfig(4, 2, "  query_wait_timeout: 20s\n"));
+  PgfleetProcess fleet(PodConfig(4, 2, "  query_wait_timeout: 20s\nadmin:\n  users: [admin]\n"));
   ASSERT_NO_FATAL_FAILURE(WaitForWorkers(fleet, 4));
   const LoadResult load = RunLoad(fleet, 8, std::chrono::seconds(3));
   EXPECT_EQ(load.failures, 0) << load.first_error;
@@ -176,6 +160,23 @@ TEST_F(PodPoolTest, APoolSmallerThanTheWorkerCountServesEveryWorker) {
   EXPECT_LE(load.max_servers, 2) << ServerEvents(fleet);
   // Clients on workers without a server of their own were served by servers that moved.
   EXPECT_TRUE(WaitFor([&] { return MetricSum(fleet, "pgfleet_server_handoffs_total") > 0; }));
+  // SHOW POOLS shows the moves for the pod's one pool: every server given was taken.
+  ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+  ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
+  auto show_pools = [&](const std::string& column) {
+    ResultPtr pools = Exec(admin, "SHOW POOLS");
+    const auto rows = RowsOf(pools);
+    return rows.size() == 1 ? std::stoi(rows[0].at(column)) : -1;
+  };
+  const int handed_over = show_pools("sv_handed_over");
+  EXPECT_GT(handed_over, 0);
+  EXPECT_EQ(WaitFor([&] { return show_pools("sv_adopted"); },
+                    [&](int adopted) { return adopted == handed_over; }),
+            handed_over);
+  // /metrics publishes a moment later than SHOW answers.
+  EXPECT_EQ(WaitFor([&] { return MetricSum(fleet, "pgfleet_server_handoffs_total"); },
+                    [&](double sum) { return sum == handed_over; }),
+            handed_over);
 }
 
 TEST_F(PodPoolTest, AKilledWorkersServersReturnToThePod) {

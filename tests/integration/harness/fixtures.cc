@@ -2,10 +2,15 @@
 #include "tests/integration/harness/fixtures.h"
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <string_view>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tests/integration/harness/http_client.h"
 
 namespace pgfleet::testing {
 
@@ -46,14 +51,52 @@ int ServerConnectionsFor(const std::string& user, const std::string& since) {
       since, "'")));
 }
 
-std::vector<pid_t> WorkerPids(pid_t supervisor) {
+namespace {
+
+bool IsPodLease(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
+  std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return cmdline.find(std::string("--pod_lease\0", 12)) != std::string::npos;
+}
+
+std::vector<pid_t> ChildPids(pid_t parent) {
   std::vector<pid_t> pids;
-  for (auto line : absl::StrSplit(RunCommandOutput(absl::StrCat("pgrep -P ", supervisor)), '\n')) {
+  for (auto line : absl::StrSplit(RunCommandOutput(absl::StrCat("pgrep -P ", parent)), '\n')) {
     int pid = 0;
     if (absl::SimpleAtoi(line, &pid)) pids.push_back(pid);
   }
   std::sort(pids.begin(), pids.end());  // comparable before and after a restart
   return pids;
+}
+
+}  // namespace
+
+std::vector<pid_t> WorkerPids(pid_t supervisor) {
+  std::vector<pid_t> pids = ChildPids(supervisor);
+  std::erase_if(pids, IsPodLease);
+  return pids;
+}
+
+pid_t PodLeasePid(pid_t supervisor) {
+  for (pid_t pid : ChildPids(supervisor)) {
+    if (IsPodLease(pid)) return pid;
+  }
+  return -1;
+}
+
+double MetricSum(const PgfleetProcess& fleet, const std::string& name) {
+  std::string body;
+  if (HttpGet(fleet.metrics_port(), "/metrics", &body) != 200) return -1;
+  double sum = 0;
+  for (auto line : absl::StrSplit(body, '\n')) {
+    if (!absl::StartsWith(line, name) || line.size() <= name.size() ||
+        (line[name.size()] != '{' && line[name.size()] != ' ')) {
+      continue;
+    }
+    double value = 0;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) sum += value;
+  }
+  return sum;
 }
 
 }  // namespace pgfleet::testing

@@ -25,8 +25,14 @@ void EnsureTestRoles();
 // ASSERT_NO_FATAL_FAILURE(InitPgbench()).
 void InitPgbench();
 
-// The worker processes under a supervisor (its children as pgrep sees them now), sorted.
+// The worker processes under a supervisor (its children as pgrep sees them now, but the pod's
+// lease process), sorted.
 std::vector<pid_t> WorkerPids(pid_t supervisor);
+// The pod's lease process under a supervisor (`pgfleet --pod_lease`), or -1.
+pid_t PodLeasePid(pid_t supervisor);
+
+// The sum over a pod's workers of a metric in its /metrics (-1 when /metrics does not answer).
+double MetricSum(const PgfleetProcess& fleet, const std::string& name);
 
 // `databases:` + `pool:` YAML for a pool in front of the shared server.
 inline std::string PoolConfig(const std::string& mode, int pool_size,

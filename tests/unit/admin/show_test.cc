@@ -86,7 +86,8 @@ TEST(ShowTest, PoolsSumOverWorkersWithPgBouncerColumns) {
                                               "cl_active_cancel_req", "cl_waiting_cancel_req",
                                               "sv_active", "sv_active_cancel", "sv_being_canceled",
                                               "sv_idle", "sv_used", "sv_tested", "sv_login",
-                                              "maxwait", "maxwait_us", "pool_mode"));
+                                              "maxwait", "maxwait_us", "pool_mode",
+                                              "sv_handed_over", "sv_adopted"));
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0]["cl_active"], "6");  // linked + idle, as PgBouncer counts them
   EXPECT_EQ(rows[0]["cl_waiting"], "2");
