@@ -179,6 +179,34 @@ TEST_F(PodPoolTest, APoolSmallerThanTheWorkerCountServesEveryWorker) {
             handed_over);
 }
 
+TEST_F(PodPoolTest, TheReservePoolIsThePods) {
+  // A pool of 2 and a reserve of 1 for the pod of 4 workers: with both servers in long queries,
+  // clients on any worker get the one reserve server after reserve_pool_timeout, and the pod
+  // never opens more than 3 (a reserve per worker would open up to 6).
+  PgfleetProcess fleet(PodConfig(
+      4, 2, "  reserve_pool_size: 1\n  reserve_pool_timeout: 200ms\n  query_wait_timeout: 20s\n"));
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(fleet, 4));
+  std::vector<ConnPtr> sleepers;
+  for (int i = 0; i < 2; ++i) {
+    sleepers.push_back(Connect(fleet.ConnString()));
+    ASSERT_TRUE(Ok(sleepers.back())) << ErrorOf(sleepers.back());
+    ASSERT_EQ(PQsendQuery(sleepers.back().get(), "SELECT pg_sleep(4)"), 1);
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    return pg().QueryValue(
+               "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+               "query = 'SELECT pg_sleep(4)'") == "2";
+  }));
+  const LoadResult load = RunLoad(fleet, 8, std::chrono::seconds(2));
+  EXPECT_EQ(load.failures, 0) << load.first_error;
+  EXPECT_GT(load.queries, 20);
+  EXPECT_EQ(load.max_servers, 3) << ServerEvents(fleet);
+  for (auto& c : sleepers) {
+    ResultPtr r(PQgetResult(c.get()));
+    EXPECT_TRUE(ResultOk(r)) << ErrorOf(c);
+  }
+}
+
 TEST_F(PodPoolTest, AKilledWorkersServersReturnToThePod) {
   PgfleetProcess fleet(PodConfig(2, 2, "  query_wait_timeout: 30s\n"));
   ASSERT_NO_FATAL_FAILURE(WaitForWorkers(fleet, 2));
