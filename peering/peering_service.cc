@@ -29,14 +29,16 @@ grpc::ServerUnaryReactor* PeeringService::ForwardCancel(grpc::CallbackServerCont
   auto* reactor = context->DefaultReactor();
   if (Refuse(context, reactor)) return reactor;
   const auto& secret = request->key().secret();
-  if (secret.size() != protocol::kCancelSecretSize) {
+  // The whole key, whatever the client's protocol: 4 bytes on 3.0, 32 on 3.2 (at most 256).
+  if (secret.size() < protocol::kCancelSecretSize ||
+      secret.size() > protocol::kMaxCancelSecretSize) {
     reply->set_outcome(v1::ForwardCancelReply::OUTCOME_DROPPED);
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
   protocol::CancelKey key;
   key.pid = request->key().pid();
-  std::copy(secret.begin(), secret.end(), key.secret.begin());
+  key.secret.assign(secret.begin(), secret.end());
   const bool via_pod = request->via_pod_endpoint();
   loop_.Post([this, key, via_pod, reply, reactor] {
     const uint32_t owner = protocol::PeerIdOfCancelPid(key.pid);

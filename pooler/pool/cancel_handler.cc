@@ -14,13 +14,14 @@ namespace pgfleet::pool {
 
 CancelHandler::~CancelHandler() = default;
 
-protocol::CancelKey CancelHandler::MintCancelKey(ClientConn* client) {
+protocol::CancelKey CancelHandler::MintCancelKey(ClientConn* client, size_t secret_size) {
   protocol::CancelKey key;
   do {
-    uint8_t bytes[2 + protocol::kCancelSecretSize];
-    context_.random().Fill(bytes);
+    uint8_t bytes[2 + protocol::kCancelSecretSize32];
+    const size_t size = std::min(secret_size, protocol::kCancelSecretSize32);
+    context_.random().Fill(std::span<uint8_t>(bytes, 2 + size));
     key.pid = protocol::MakeCancelPid(context_.peer_id(), (uint32_t{bytes[0]} << 8) | bytes[1]);
-    std::copy(bytes + 2, bytes + sizeof(bytes), key.secret.begin());
+    key.secret.assign(bytes + 2, bytes + 2 + size);
   } while (!cancel_keys_.emplace(key, client).second);
   return key;
 }

@@ -33,8 +33,9 @@ class CancelHandler final : public CancelTarget {
       : context_(context), servers_(servers) {}
   ~CancelHandler() override;
 
-  // A key unique among this worker's live clients, carrying the worker's peer id.
-  protocol::CancelKey MintCancelKey(ClientConn* client);
+  // A key unique among this worker's live clients, carrying the worker's peer id, with a random
+  // secret of `secret_size` bytes (protocol::CancelSecretSizeFor the client's protocol).
+  protocol::CancelKey MintCancelKey(ClientConn* client, size_t secret_size);
   void ForgetCancelKey(const protocol::CancelKey& key);
   // Handles a CancelRequest: our own key is cancelled here, a sibling's is handed to the
   // forwarder unless it was already forwarded once.

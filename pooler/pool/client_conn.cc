@@ -13,6 +13,7 @@
 #include "pooler/pool/server_conn.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/frame.h"
+#include "pooler/protocol/negotiation.h"
 #include "pooler/protocol/reader.h"
 #include "pooler/protocol/sqlstate.h"
 #include "pooler/protocol/stream_decoder.h"
@@ -175,7 +176,10 @@ void ClientConn::HandleStartupData() {
     in_.Consume(length);
     if (!packet.ok()) {
       ++context_.counters().protocol_errors;
-      Fatal(protocol::sqlstate::kProtocolViolation, base::Sv(packet.status().message()));
+      Fatal(packet.status().code() == absl::StatusCode::kUnimplemented
+                ? protocol::sqlstate::kFeatureNotSupported
+                : protocol::sqlstate::kProtocolViolation,
+            base::Sv(packet.status().message()));
       return;
     }
     if (packet->kind == protocol::StartupKind::kSslRequest ||
@@ -209,14 +213,12 @@ void ClientConn::HandleStartupData() {
         Close("cancel request rate limited");
         return;
       }
-      if (packet->cancel_secret.size() == protocol::kCancelSecretSize) {
-        protocol::CancelKey key;
-        key.pid = packet->cancel_pid;
-        std::copy(packet->cancel_secret.begin(), packet->cancel_secret.end(), key.secret.begin());
-        (void)host_.cancels().HandleCancel(key, /*forwarded=*/false);
-      } else {
-        ++context_.counters().cancels_dropped;
-      }
+      // Any length from 4 to 256 bytes (the parser checked): a 3.0 client's 4-byte key or a
+      // 3.2 client's 32-byte one; a length pgfleet never mints matches no key.
+      protocol::CancelKey key;
+      key.pid = packet->cancel_pid;
+      key.secret.assign(packet->cancel_secret.begin(), packet->cancel_secret.end());
+      (void)host_.cancels().HandleCancel(key, /*forwarded=*/false);
       Close("cancel request");
       return;
     }
@@ -245,14 +247,16 @@ void ClientConn::ContinueHandshake() {
 
 void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
   const auto& config = context_.config();
-  std::vector<std::string> unrecognized;
+  const protocol::ProtocolAnswer protocol =
+      protocol::NegotiateProtocol(packet.protocol_version, packet.parameters);
+  protocol_version_ = protocol.version;
   for (const auto& [name, value] : packet.parameters) {
     if (name == "user") {
       user_ = value;
     } else if (name == "database") {
       database_ = value;
     } else if (absl::StartsWith(name, "_pq_.")) {
-      unrecognized.push_back(name);
+      continue;  // listed in NegotiateProtocolVersion
     } else if (int slot = context_.tracked_params().Find(name); slot >= 0) {
       stream_.params.Set(static_cast<size_t>(slot), value);
     } else if (std::find(config.pool.ignore_startup_parameters.begin(),
@@ -267,9 +271,9 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
       return;
     }
   }
-  if ((packet.protocol_version & 0xffff) != 0 || !unrecognized.empty()) {
+  if (protocol.negotiate) {
     protocol::StringSink sink;
-    protocol::BuildNegotiateProtocolVersion(sink, 0, unrecognized);
+    protocol::BuildNegotiateProtocolVersion(sink, protocol.version, protocol.unrecognized);
     if (!Send(AsBytes(sink.bytes()))) return Close("write failed");
   }
   if (user_.empty()) {
@@ -382,7 +386,8 @@ void ClientConn::SendWelcome(const std::vector<std::pair<std::string, std::strin
                              const ParamSet& server_defaults) {
   ParamSet& params = stream_.params;
   params.FillUnset(server_defaults);
-  cancel_key_ = host_.cancels().MintCancelKey(this);
+  cancel_key_ =
+      host_.cancels().MintCancelKey(this, protocol::CancelSecretSizeFor(protocol_version_));
   cancel_key_registered_ = true;
   protocol::StringSink sink;
   protocol::BuildAuthenticationOk(sink);

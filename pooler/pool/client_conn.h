@@ -157,6 +157,7 @@ class ClientConn final : public net::Connection, public base::ListNode {
   std::vector<std::pair<std::string, std::string>> startup_params_;
   ClientStream stream_;
   protocol::CancelKey cancel_key_;
+  uint32_t protocol_version_ = 0;  // negotiated at startup (protocol/negotiation.h)
   bool cancel_key_registered_ = false;
 
   // Authentication in progress.

@@ -8,6 +8,8 @@
 #include "pooler/pool/pool.h"
 #include "pooler/protocol/backend.h"
 #include "pooler/protocol/builders.h"
+#include "pooler/protocol/negotiation.h"
+#include "pooler/protocol/reader.h"
 #include "pooler/protocol/sqlstate.h"
 
 namespace pgfleet::pool {
@@ -37,7 +39,10 @@ void ServerLogin::Start(ServerLoginOptions options, protocol::ByteSink& to_serve
   if (!options_.application_name.empty()) {
     params.emplace_back("application_name", options_.application_name);
   }
-  protocol::BuildStartupMessage(to_server, params);
+  // 3.2 where the server speaks it (PostgreSQL 18: 32-byte cancel keys, which pgfleet keeps
+  // whole); older servers answer NegotiateProtocolVersion with 3.0 and carry on.
+  protocol::BuildStartupMessage(to_server, protocol::kProtocol32, params);
+  protocol_version_ = protocol::kProtocol32;
 }
 
 LoginVerdict ServerLogin::FailedByPgfleet(std::string_view message) {
@@ -78,8 +83,17 @@ LoginVerdict ServerLogin::OnMessage(uint8_t type, std::span<const uint8_t> body)
     }
     case 'E':
       return OnServerError(body);
+    case 'v': {  // NegotiateProtocolVersion: an older server speaks an older minor
+      protocol::Reader reader(body);
+      int32_t version = 0;
+      if (!reader.ReadInt32(&version) || protocol::ProtocolMajor(version) != 3 ||
+          static_cast<uint32_t>(version) > protocol::kProtocol32) {
+        break;
+      }
+      protocol_version_ = static_cast<uint32_t>(version);
+      return {};
+    }
     case 'N':
-    case 'v':  // NegotiateProtocolVersion: we asked for 3.0 only, nothing to adjust
       return {};
     default:
       break;

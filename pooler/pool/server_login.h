@@ -86,6 +86,8 @@ class ServerLogin {
   const ParamSet& params() const { return params_; }
   uint32_t backend_pid() const { return backend_pid_; }
   const std::vector<uint8_t>& backend_secret() const { return backend_secret_; }
+  // The protocol the server speaks: 3.2 (196610), or what it negotiated down to.
+  uint32_t protocol_version() const { return protocol_version_; }
 
  private:
   LoginVerdict OnAuthRequest(std::span<const uint8_t> body);
@@ -101,6 +103,7 @@ class ServerLogin {
   ParamSet params_;
   uint32_t backend_pid_ = 0;
   std::vector<uint8_t> backend_secret_;
+  uint32_t protocol_version_ = 0;
 };
 
 }  // namespace pgfleet::pool

@@ -104,10 +104,10 @@ void BuildNoticeResponse(ByteSink& sink, std::string_view severity, std::string_
                          std::string_view message) {
   BuildErrorOrNotice(sink, 'N', severity, sqlstate, message, {}, {});
 }
-void BuildNegotiateProtocolVersion(ByteSink& sink, uint32_t newest_minor,
+void BuildNegotiateProtocolVersion(ByteSink& sink, uint32_t version,
                                    std::span<const std::string> unrecognized) {
   Message m('v');
-  m.Int32(newest_minor).Int32(static_cast<uint32_t>(unrecognized.size()));
+  m.Int32(version).Int32(static_cast<uint32_t>(unrecognized.size()));
   for (const auto& name : unrecognized) m.CString(name);
   m.Finish(sink);
 }
@@ -151,10 +151,10 @@ void BuildMessage(ByteSink& sink, char type, std::span<const uint8_t> body) {
   Message(type).Raw(body).Finish(sink);
 }
 
-void BuildStartupMessage(ByteSink& sink,
+void BuildStartupMessage(ByteSink& sink, uint32_t version,
                          std::span<const std::pair<std::string_view, std::string_view>> params) {
   Message m(0);
-  m.Int32(196608);  // protocol 3.0
+  m.Int32(version);
   for (const auto& [name, value] : params) m.CString(name).CString(value);
   m.Byte('\0').Finish(sink);
 }

@@ -26,7 +26,8 @@ void BuildErrorResponse(ByteSink& sink, std::string_view severity, std::string_v
                         std::string_view hint = {});
 void BuildNoticeResponse(ByteSink& sink, std::string_view severity, std::string_view sqlstate,
                          std::string_view message);
-void BuildNegotiateProtocolVersion(ByteSink& sink, uint32_t newest_minor,
+// `version`: the whole protocol version spoken (3.2 is 196610), not only its minor.
+void BuildNegotiateProtocolVersion(ByteSink& sink, uint32_t version,
                                    std::span<const std::string> unrecognized);
 void BuildCommandComplete(ByteSink& sink, std::string_view tag);
 void BuildEmptyQueryResponse(ByteSink& sink);
@@ -48,7 +49,7 @@ void BuildParameterDescription(ByteSink& sink, std::span<const uint32_t> type_oi
 void BuildMessage(ByteSink& sink, char type, std::span<const uint8_t> body);
 
 // --- frontend messages (pgfleet -> server) ---
-void BuildStartupMessage(ByteSink& sink,
+void BuildStartupMessage(ByteSink& sink, uint32_t version,
                          std::span<const std::pair<std::string_view, std::string_view>> params);
 void BuildPasswordMessage(ByteSink& sink, std::string_view password);
 void BuildSaslInitialResponse(ByteSink& sink, std::string_view mechanism, std::string_view data);

@@ -1,22 +1,27 @@
-// The layout of pooler-minted cancel keys (docs/architecture.md, "Cancel keys"): on protocol 3.0
-// the ProcessID keeps its sign bit clear, carries the owning worker's fleet-wide peer id in bits
-// 15..30 and 15 random bits in 0..14; the 4-byte SecretKey is random. 47 unguessable bits.
+// The layout of pooler-minted cancel keys (docs/architecture.md, "Cancel keys"): the ProcessID
+// keeps its sign bit clear, carries the owning worker's fleet-wide peer id (its pod's block and
+// its local id) in bits 15..30 and 15 random bits in 0..14. The secret is random: 4 bytes on
+// protocol 3.0 (47 unguessable bits in all), 32 on 3.2 (271), as PostgreSQL 18 sends.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+
+#include "absl/container/inlined_vector.h"
 
 namespace pgfleet::protocol {
 
 inline constexpr int kPeerIdBits = 16;
 inline constexpr uint32_t kMaxPeerId = (1u << kPeerIdBits) - 1;
-inline constexpr size_t kCancelSecretSize = 4;
+inline constexpr size_t kCancelSecretSize = 4;       // protocol 3.0
+inline constexpr size_t kCancelSecretSize32 = 32;    // what pgfleet (and PostgreSQL 18) mint on 3.2
+inline constexpr size_t kMaxCancelSecretSize = 256;  // protocol 3.2's limit
 
 struct CancelKey {
   uint32_t pid = 0;
-  std::array<uint8_t, kCancelSecretSize> secret{};
+  // Any length up to kMaxCancelSecretSize: a key only ever matches one of its own length.
+  absl::InlinedVector<uint8_t, kCancelSecretSize32> secret;
 
   bool operator==(const CancelKey&) const = default;
   template <typename H>

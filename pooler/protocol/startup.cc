@@ -3,6 +3,7 @@
 
 #include "pooler/base/strings.h"
 #include "pooler/protocol/frame.h"
+#include "pooler/protocol/negotiation.h"
 #include "pooler/protocol/reader.h"
 
 namespace pgfleet::protocol {
@@ -35,10 +36,12 @@ absl::StatusOr<StartupPacket> ParseStartupPacket(std::span<const uint8_t> packet
     out.cancel_secret.assign(rest.begin(), rest.end());
     return out;
   }
-  if ((ucode >> 16) != 3) {
-    return absl::InvalidArgumentError(base::StrCat("unsupported frontend protocol ", ucode >> 16,
-                                                   ".", ucode & 0xffff,
-                                                   ": server supports 3.0 to 3.0"));
+  if (ProtocolMajor(ucode) != ProtocolMajor(kProtocolLatest)) {
+    // PostgreSQL's words and SQLSTATE (0A000: the caller maps kUnimplemented to it).
+    return absl::UnimplementedError(
+        base::StrCat("unsupported frontend protocol ", ProtocolMajor(ucode), ".",
+                     ProtocolMinor(ucode), ": server supports 3.0 to ",
+                     ProtocolMajor(kProtocolLatest), ".", ProtocolMinor(kProtocolLatest)));
   }
   out.kind = StartupKind::kStartup;
   out.protocol_version = ucode;

@@ -25,7 +25,8 @@ struct StartupPacket {
 };
 
 // `packet` is one whole startup-class packet including its length word (see PeekStartupLength).
-// Errors (InvalidArgument) describe what is wrong for a FATAL 08P01 to the client.
+// Errors describe what is wrong for a FATAL to the client: InvalidArgument for 08P01, and
+// Unimplemented (a protocol major other than 3) for 0A000, as PostgreSQL answers.
 absl::StatusOr<StartupPacket> ParseStartupPacket(std::span<const uint8_t> packet);
 
 }  // namespace pgfleet::protocol

@@ -10,6 +10,7 @@
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/byte_sink.h"
 #include "pooler/protocol/frame.h"
+#include "pooler/protocol/negotiation.h"
 #include "pooler/protocol/startup.h"
 #include "tests/fuzz/fuzz_check.h"
 
@@ -25,7 +26,7 @@ void CheckRoundTrip(const StartupPacket& packet) {
   if (packet.kind == StartupKind::kStartup) {
     std::vector<std::pair<std::string_view, std::string_view>> params;
     for (const auto& [name, value] : packet.parameters) params.emplace_back(name, value);
-    BuildStartupMessage(sink, params);
+    BuildStartupMessage(sink, packet.protocol_version, params);
   } else if (packet.kind == StartupKind::kCancelRequest) {
     BuildCancelRequest(sink, packet.cancel_pid, packet.cancel_secret);
   } else {

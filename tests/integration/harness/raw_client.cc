@@ -33,28 +33,68 @@ RawClient::~RawClient() {
   if (fd_ >= 0) close(fd_);
 }
 
-bool RawClient::Connect(int port, const std::string& user, const std::string& database) {
-  fd_ = socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+int Dial(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+bool RawClient::Connect(int port, const std::string& user, const std::string& database,
+                        uint32_t version,
+                        const std::vector<std::pair<std::string, std::string>>& extra) {
+  fd_ = Dial(port);
+  if (fd_ < 0) {
     error_ = "connect failed";
     return false;
   }
-  std::string body = Int32(196608) + CStr("user") + CStr(user) + CStr("database") + CStr(database) +
-                     std::string(1, '\0');
+  std::string body = Int32(version) + CStr("user") + CStr(user) + CStr("database") + CStr(database);
+  for (const auto& [name, value] : extra) body += CStr(name) + CStr(value);
+  body += std::string(1, '\0');
   if (!Send(Int32(static_cast<uint32_t>(body.size() + 4)) + body)) return false;
-  auto messages = ReadUntilReady(1);
-  for (const auto& m : messages) {
+  login_messages_ = ReadUntilReady(1);
+  for (const auto& m : login_messages_) {
     if (m.type == 'E') {
       error_ = m.body;
       return false;
     }
+    if (m.type == 'K' && m.body.size() >= 8) {
+      backend_pid_ = (static_cast<uint32_t>(static_cast<uint8_t>(m.body[0])) << 24) |
+                     (static_cast<uint32_t>(static_cast<uint8_t>(m.body[1])) << 16) |
+                     (static_cast<uint32_t>(static_cast<uint8_t>(m.body[2])) << 8) |
+                     static_cast<uint8_t>(m.body[3]);
+      backend_secret_ = m.body.substr(4);
+    }
   }
-  return !messages.empty() && messages.back().type == 'Z';
+  return !login_messages_.empty() && login_messages_.back().type == 'Z';
 }
+
+bool RawClient::SendCancel(int port, uint32_t pid, const std::string& secret) {
+  const int fd = Dial(port);
+  if (fd < 0) return false;
+  const std::string body = Int32(80877102) + Int32(pid) + secret;
+  const std::string packet = Int32(static_cast<uint32_t>(body.size() + 4)) + body;
+  const bool sent =
+      send(fd, packet.data(), packet.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(packet.size());
+  // The server closes the connection once it has read the request.
+  char byte;
+  pollfd pfd = {fd, POLLIN, 0};
+  if (sent && poll(&pfd, 1, 5000) > 0) (void)recv(fd, &byte, 1, 0);
+  close(fd);
+  return sent;
+}
+
+std::string RawClient::Query(const std::string& sql) { return Message('Q', CStr(sql)); }
 
 bool RawClient::Send(const std::string& bytes) {
   size_t off = 0;

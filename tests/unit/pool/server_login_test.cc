@@ -18,6 +18,7 @@
 #include "pooler/protocol/backend.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/frontend.h"
+#include "pooler/protocol/negotiation.h"
 #include "pooler/protocol/sqlstate.h"
 #include "pooler/protocol/startup.h"
 #include "tests/unit/protocol/test_bytes.h"
@@ -402,12 +403,24 @@ TEST_F(ServerLoginTest, MalformedErrorIsPassedOnAndNotFatal) {
   EXPECT_FALSE(verdict.fatal_for_clients);
 }
 
-TEST_F(ServerLoginTest, NegotiateProtocolVersionIsIgnored) {
+TEST_F(ServerLoginTest, AnOlderServerNegotiatesDownTo30) {
   Start();
-  const LoginVerdict verdict =
-      Feed(Build([](StringSink& s) { protocol::BuildNegotiateProtocolVersion(s, 0, {}); }));
+  EXPECT_EQ(login_.protocol_version(), protocol::kProtocol32);  // asked for
+  const LoginVerdict verdict = Feed(Build([](StringSink& s) {
+    protocol::BuildNegotiateProtocolVersion(s, protocol::kProtocol30, {});
+  }));
   EXPECT_EQ(verdict.outcome, Outcome::kContinue);
   EXPECT_TRUE(verdict.to_server.bytes().empty());
+  EXPECT_EQ(login_.protocol_version(), protocol::kProtocol30);
+}
+
+TEST_F(ServerLoginTest, ANegotiationOutsideThreeZeroToThreeTwoCloses) {
+  for (uint32_t version : {0u, protocol::kProtocol32 + 1, 4u << 16}) {
+    Start();
+    const LoginVerdict verdict = Feed(
+        Build([&](StringSink& s) { protocol::BuildNegotiateProtocolVersion(s, version, {}); }));
+    EXPECT_EQ(verdict.outcome, Outcome::kClose) << version;
+  }
 }
 
 TEST_F(ServerLoginTest, UnexpectedMessageCloses) {

@@ -14,6 +14,7 @@
 #include "pooler/protocol/byte_sink.h"
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/frontend.h"
+#include "pooler/protocol/negotiation.h"
 #include "pooler/protocol/startup.h"
 #include "tests/unit/protocol/test_bytes.h"
 
@@ -173,12 +174,15 @@ TEST(BuildersTest, NoticeResponse) {
 }
 
 TEST(BuildersTest, NegotiateProtocolVersion) {
+  // The whole version (3.2 = 196610), as PostgreSQL sends it: libpq 18 refuses a 0 ("server
+  // requested downgrade to pre-3.0 protocol version").
   const std::vector<std::string> unknown = {"_pq_.a", "_pq_.b"};
   const std::string bytes =
-      Build([&](ByteSink& s) { BuildNegotiateProtocolVersion(s, 0, unknown); });
-  EXPECT_EQ(bytes, Typed('v', I32(0) + I32(2) + "_pq_.a\0_pq_.b\0"s));
-  const std::string none = Build([](ByteSink& s) { BuildNegotiateProtocolVersion(s, 0, {}); });
-  EXPECT_EQ(none, "v\0\0\0\x0c\0\0\0\0\0\0\0\0"s);
+      Build([&](ByteSink& s) { BuildNegotiateProtocolVersion(s, kProtocol32, unknown); });
+  EXPECT_EQ(bytes, Typed('v', I32(196610) + I32(2) + "_pq_.a\0_pq_.b\0"s));
+  const std::string none =
+      Build([](ByteSink& s) { BuildNegotiateProtocolVersion(s, kProtocol30, {}); });
+  EXPECT_EQ(none, "v\0\0\0\x0c\0\x03\0\0\0\0\0\0"s);
 }
 
 TEST(BuildersTest, CommandComplete) {
@@ -223,8 +227,9 @@ TEST(BuildersTest, DataRowWithValuesAndNulls) {
 TEST(BuildersTest, StartupMessage) {
   const std::array<std::pair<std::string_view, std::string_view>, 2> params = {
       std::pair<std::string_view, std::string_view>{"user", "u"}, {"database", "d"}};
-  const std::string bytes = Build([&](ByteSink& s) { BuildStartupMessage(s, params); });
-  EXPECT_EQ(bytes, "\0\0\0\x1b\0\x03\0\0user\0u\0database\0d\0\0"s);
+  const std::string bytes =
+      Build([&](ByteSink& s) { BuildStartupMessage(s, kProtocol32, params); });
+  EXPECT_EQ(bytes, "\0\0\0\x1b\0\x03\0\x02user\0u\0database\0d\0\0"s);
   auto parsed = ParseStartupPacket(AsBytes(bytes));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const std::vector<std::pair<std::string, std::string>> expected = {{"user", "u"},

@@ -16,6 +16,7 @@
 #include "pooler/protocol/byte_sink.h"
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/frontend.h"
+#include "pooler/protocol/negotiation.h"
 #include "pooler/protocol/startup.h"
 
 namespace pgfleet::protocol {
@@ -56,7 +57,7 @@ std::vector<std::string> Seeds() {
   add([](ByteSink& s) { BuildReadyForQuery(s, 'T'); });
   add([](ByteSink& s) { BuildErrorResponse(s, "ERROR", "42P01", "m", "d", "h"); });
   add([](ByteSink& s) { BuildCommandComplete(s, "SELECT 1"); });
-  add([&](ByteSink& s) { BuildStartupMessage(s, params); });
+  add([&](ByteSink& s) { BuildStartupMessage(s, kProtocol30, params); });
   add([&](ByteSink& s) { BuildCancelRequest(s, 7, salt); });
   add([](ByteSink& s) { BuildPasswordMessage(s, "pw"); });
   add([](ByteSink& s) { BuildSaslInitialResponse(s, "SCRAM-SHA-256", "n,,n=,r=x"); });

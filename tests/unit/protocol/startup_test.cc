@@ -11,6 +11,7 @@
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/byte_sink.h"
 #include "pooler/protocol/frame.h"
+#include "pooler/protocol/negotiation.h"
 #include "tests/unit/protocol/test_bytes.h"
 
 namespace pgfleet::protocol {
@@ -62,7 +63,7 @@ TEST(ParseStartupPacketTest, BuilderRoundTrip) {
   const std::vector<std::pair<std::string_view, std::string_view>> params = {
       {"user", "bob"}, {"database", "db"}, {"_pq_.x", "1"}};
   StringSink sink;
-  BuildStartupMessage(sink, params);
+  BuildStartupMessage(sink, kProtocol30, params);
   uint32_t length = 0;
   ASSERT_EQ(PeekStartupLength(AsBytes(sink.bytes()), &length), FrameResult::kMessage);
   EXPECT_EQ(length, sink.bytes().size());
@@ -178,17 +179,62 @@ TEST(ParseStartupPacketTest, CancelRequestKeySizeLimits) {
 TEST(ParseStartupPacketTest, ProtocolTwoIsUnsupported) {
   auto parsed = ParseStartupPacket(AsBytes(Untyped(2u << 16, std::string("\0", 1))));
   ASSERT_FALSE(parsed.ok());
-  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
-  // The same text PostgreSQL's ProcessStartupPacket sends.
+  // 0A000, with the same text PostgreSQL 18's ProcessStartupPacket sends.
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(std::string(parsed.status().message()),
-            "unsupported frontend protocol 2.0: server supports 3.0 to 3.0");
+            "unsupported frontend protocol 2.0: server supports 3.0 to 3.2");
 }
 
 TEST(ParseStartupPacketTest, UnknownCodeIsUnsupportedProtocol) {
   auto parsed = ParseStartupPacket(AsBytes(Untyped((1234u << 16) | 1, "")));
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(std::string(parsed.status().message()),
-            "unsupported frontend protocol 1234.1: server supports 3.0 to 3.0");
+            "unsupported frontend protocol 1234.1: server supports 3.0 to 3.2");
+  parsed = ParseStartupPacket(AsBytes(Untyped(4u << 16, std::string("\0", 1))));
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(std::string(parsed.status().message()),
+            "unsupported frontend protocol 4.0: server supports 3.0 to 3.2");
+}
+
+// Negotiation answers as PostgreSQL 18 does (raw packets, as clients send them).
+ProtocolAnswer Answer(uint32_t version, const std::string& params) {
+  auto parsed = ParseStartupPacket(AsBytes(Untyped(version, params)));
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  return parsed.ok() ? NegotiateProtocol(parsed->protocol_version, parsed->parameters)
+                     : ProtocolAnswer{};
+}
+
+TEST(NegotiateProtocolTest, ThreeZeroAndThreeTwoAreSpokenAsAsked) {
+  ProtocolAnswer answer = Answer(kProtocol30, "user\0a\0\0"s);
+  EXPECT_EQ(answer.version, kProtocol30);
+  EXPECT_FALSE(answer.negotiate);
+  EXPECT_EQ(CancelSecretSizeFor(answer.version), 4u);
+  answer = Answer(kProtocol32, "user\0a\0\0"s);
+  EXPECT_EQ(answer.version, kProtocol32);
+  EXPECT_FALSE(answer.negotiate);
+  EXPECT_EQ(CancelSecretSizeFor(answer.version), 32u);
+  // 3.1 was skipped by PostgreSQL: spoken like 3.0, no negotiation (PostgreSQL 18 does the same).
+  answer = Answer((3u << 16) | 1, "user\0a\0\0"s);
+  EXPECT_FALSE(answer.negotiate);
+  EXPECT_EQ(CancelSecretSizeFor(answer.version), 4u);
+}
+
+TEST(NegotiateProtocolTest, ANewerMinorGetsThreeTwoAndEveryUnknownOption) {
+  // libpq 19's grease: 3.9999 with _pq_.test_protocol_negotiation.
+  ProtocolAnswer answer =
+      Answer((3u << 16) | 9999, "user\0a\0_pq_.test_protocol_negotiation\0\0_pq_.b\0x\0\0"s);
+  EXPECT_EQ(answer.version, kProtocol32);
+  EXPECT_TRUE(answer.negotiate);
+  EXPECT_EQ(answer.unrecognized,
+            (std::vector<std::string>{"_pq_.test_protocol_negotiation", "_pq_.b"}));
+}
+
+TEST(NegotiateProtocolTest, UnknownOptionsOnThreeZeroAreListedAtThreeZero) {
+  ProtocolAnswer answer = Answer(kProtocol30, "_pq_.a\0\0user\0a\0\0"s);
+  EXPECT_EQ(answer.version, kProtocol30);
+  EXPECT_TRUE(answer.negotiate);
+  EXPECT_EQ(answer.unrecognized, std::vector<std::string>{"_pq_.a"});
 }
 
 TEST(ParseStartupPacketTest, LengthFieldMustMatchSpan) {
