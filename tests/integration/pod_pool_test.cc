@@ -42,22 +42,6 @@ void WaitForWorkers(const PgfleetProcess& fleet, size_t n) {
   ASSERT_TRUE(Ok(probe)) << ErrorOf(probe);
 }
 
-// The sum over workers of a counter in /metrics.
-double MetricSum(const PgfleetProcess& fleet, const std::string& name) {
-  std::string body;
-  if (HttpGet(fleet.metrics_port(), "/metrics", &body) != 200) return -1;
-  double sum = 0;
-  for (auto line : absl::StrSplit(body, '\n')) {
-    if (!absl::StartsWith(line, name) || line.size() <= name.size() ||
-        (line[name.size()] != '{' && line[name.size()] != ' ')) {
-      continue;
-    }
-    double value = 0;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) sum += value;
-  }
-  return sum;
-}
-
 // The log lines about server connections opening and closing, to explain a count.
 std::string ServerEvents(const PgfleetProcess& fleet) {
   std::string out;
@@ -175,7 +159,8 @@ TEST_F(PodPoolTest, APoolSmallerThanTheWorkerCountServesEveryWorker) {
   EXPECT_LT(load.slowest, std::chrono::milliseconds(1000));
   EXPECT_LE(load.max_servers, 2) << ServerEvents(fleet);
   // Clients on workers without a server of their own were served by servers that moved.
-  EXPECT_TRUE(WaitFor([&] { return MetricSum(fleet, "pgfleet_server_handoffs_total") > 0; }));
+  EXPECT_TRUE(WaitFor(
+      [&] { return MetricSum(fleet.metrics_port(), "pgfleet_server_handoffs_total") > 0; }));
 }
 
 TEST_F(PodPoolTest, AKilledWorkersServersReturnToThePod) {
@@ -246,7 +231,8 @@ TEST_F(PodPoolTest, AServerThatMovedKeepsPreparedStatementsAndParameters) {
   }
   EXPECT_EQ(ServerConnections(), 1);
   // With twelve clients spread over two workers, the server moved between them.
-  EXPECT_TRUE(WaitFor([&] { return MetricSum(fleet, "pgfleet_server_handoffs_total") > 0; }));
+  EXPECT_TRUE(WaitFor(
+      [&] { return MetricSum(fleet.metrics_port(), "pgfleet_server_handoffs_total") > 0; }));
 }
 
 TEST_F(PodPoolTest, MinPoolSizeIsThePods) {
@@ -278,7 +264,8 @@ TEST_F(PodPoolTest, ACancelStopsAQueryOnAServerThatMoved) {
     clients.push_back(Connect(fleet.ConnString()));
     ASSERT_TRUE(ResultOk(Exec(clients.back(), "SELECT 1"))) << ErrorOf(clients.back());
   }
-  ASSERT_TRUE(WaitFor([&] { return MetricSum(fleet, "pgfleet_server_handoffs_total") > 0; }));
+  ASSERT_TRUE(WaitFor(
+      [&] { return MetricSum(fleet.metrics_port(), "pgfleet_server_handoffs_total") > 0; }));
   for (auto& c : clients) {
     ASSERT_EQ(PQsendQuery(c.get(), "SELECT pg_sleep(30)"), 1);
     ASSERT_TRUE(WaitFor([&] {
