@@ -108,7 +108,6 @@ TEST_F(AbandonedQueryTest, ClientsAbandoningQueriesNeverPushPostgresPastMaxDbCon
   const auto deadline = Clock::now() + duration;
   std::atomic<int> queries{0};
   std::atomic<int> abandoned{0};
-  std::atomic<bool> done{false};
   std::vector<std::thread> threads;
   for (int i = 0; i < kClients; ++i) {
     threads.emplace_back([&, i] {
@@ -136,19 +135,9 @@ TEST_F(AbandonedQueryTest, ClientsAbandoningQueriesNeverPushPostgresPastMaxDbCon
       }
     });
   }
-  std::thread joiner([&] {
-    for (auto& t : threads) t.join();
-    done = true;
-  });
   // Every 50 ms while the load runs (bounded).
-  int most = 0;
-  WaitFor(
-      [&] {
-        most = std::max(most, ServerConnections());
-        return done.load();
-      },
-      duration + std::chrono::seconds(60), std::chrono::milliseconds(50));
-  joiner.join();
+  const int most = MaxWhileJoining(
+      threads, [&] { return ServerConnections(); }, duration + std::chrono::seconds(60));
   EXPECT_LE(most, kBudget);
   EXPECT_GT(queries.load(), 0);
   EXPECT_GT(abandoned.load(), 0);

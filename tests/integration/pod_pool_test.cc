@@ -69,7 +69,6 @@ class PodPoolTest : public IntegrationTest {
     std::atomic<int64_t> slowest_ms{0};
     std::atomic<int> queries{0};
     std::atomic<int> failures{0};
-    std::atomic<bool> done{false};
     std::mutex error_mu;
     std::string first_error;
     auto fail = [&](const ConnPtr& c) {
@@ -101,19 +100,8 @@ class PodPoolTest : public IntegrationTest {
         }
       });
     }
-    std::thread joiner([&] {
-      for (auto& t : threads) t.join();
-      done = true;
-    });
-    // Every 50 ms for as long as the load runs (bounded), so the cap is checked at every look.
-    int max_servers = 0;
-    WaitFor(
-        [&] {
-          max_servers = std::max(max_servers, ServerConnections());
-          return done.load();
-        },
-        duration + std::chrono::seconds(30), std::chrono::milliseconds(50));
-    joiner.join();
+    const int max_servers = MaxWhileJoining(
+        threads, [&] { return ServerConnections(); }, duration + std::chrono::seconds(30));
     return {std::chrono::milliseconds(slowest_ms.load()), queries.load(), failures.load(),
             max_servers, first_error};
   }
