@@ -44,8 +44,9 @@ void ShowPools(const ShowInput& in, ResultSet* out) {
     // PgBouncer's cl_active is every logged-in client not waiting (linked or idle).
     out->AddRow({p.database(), p.user(), std::to_string(p.client_active() + p.client_idle()),
                  std::to_string(p.client_waiting() + p.client_welcome()), "0", "0",
-                 std::to_string(p.server_active()), "0", std::to_string(p.server_being_canceled()),
-                 std::to_string(p.server_idle()), std::to_string(p.server_used()),
+                 std::to_string(p.server_active()), std::to_string(p.server_active_cancel()),
+                 std::to_string(p.server_being_canceled()), std::to_string(p.server_idle()),
+                 std::to_string(p.server_used()),
                  std::to_string(p.server_tested() - p.server_being_canceled()),
                  std::to_string(p.server_login()), std::to_string(p.max_wait_us() / 1000000),
                  std::to_string(p.max_wait_us() % 1000000), p.pool_mode(),

@@ -49,6 +49,7 @@ void AddPool(const PoolStats& from, AddMode mode, PoolStats* into) {
     into->set_server_tested(into->server_tested() + from.server_tested());
     into->set_server_login(into->server_login() + from.server_login());
     into->set_server_being_canceled(into->server_being_canceled() + from.server_being_canceled());
+    into->set_server_active_cancel(into->server_active_cancel() + from.server_active_cancel());
     into->set_max_wait_us(std::max(into->max_wait_us(), from.max_wait_us()));
     into->set_paused(into->paused() || from.paused());
     AddPeriod(from.period(), into->mutable_period());
@@ -122,6 +123,8 @@ void AddWorkerStats(const WorkerStats& from, AddMode mode, WorkerStats* into) {
   into->set_cancels_forwarded(into->cancels_forwarded() + from.cancels_forwarded());
   into->set_cancels_sent(into->cancels_sent() + from.cancels_sent());
   into->set_cancels_dropped(into->cancels_dropped() + from.cancels_dropped());
+  into->set_cancels_queued(into->cancels_queued() + from.cancels_queued());
+  into->set_cancels_abandoned(into->cancels_abandoned() + from.cancels_abandoned());
   into->set_clients_rejected(into->clients_rejected() + from.clients_rejected());
   into->set_login_failures(into->login_failures() + from.login_failures());
   into->set_protocol_errors(into->protocol_errors() + from.protocol_errors());

@@ -49,6 +49,10 @@ inline constexpr std::string_view kBudgetShare = "pgfleet_budget_share";  // {da
 inline constexpr std::string_view kCancelReceived = "pgfleet_cancel_received_total";
 inline constexpr std::string_view kCancelForwarded = "pgfleet_cancel_forwarded_total";
 inline constexpr std::string_view kCancelDropped = "pgfleet_cancel_dropped_total";
+// Queries cancelled while they still waited for a server: answered by pgfleet (57014).
+inline constexpr std::string_view kCancelQueued = "pgfleet_cancel_queued_total";
+// Queries whose client went away (or was closed) mid-query, cancelled in PostgreSQL by pgfleet.
+inline constexpr std::string_view kCancelAbandoned = "pgfleet_cancel_abandoned_total";
 inline constexpr std::string_view kClientConnections = "pgfleet_client_connections_total";
 // {reason, worker}: reason is max_client_conn | max_concurrent_logins | hba | tls_required |
 // tls_handshake | login_failed | protocol_error.

@@ -88,6 +88,7 @@ std::string_view ServerStateForShow(pool::ServerState state) {
     case pool::ServerState::kTesting:
       return "tested";
     case pool::ServerState::kCanceling:
+    case pool::ServerState::kDraining:
       return "being_canceled";
     case pool::ServerState::kClosed:
       return "closed";
@@ -179,6 +180,8 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
   out->set_cancels_forwarded(counters.cancels_forwarded);
   out->set_cancels_sent(counters.cancels_sent);
   out->set_cancels_dropped(counters.cancels_dropped);
+  out->set_cancels_queued(counters.cancels_queued);
+  out->set_cancels_abandoned(counters.cancels_abandoned);
   out->set_clients_rejected(counters.clients_rejected_max_client_conn);
   out->set_login_failures(counters.login_failures);
   out->set_protocol_errors(counters.protocol_errors);
@@ -224,18 +227,23 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
     p->set_client_idle(static_cast<uint32_t>(pool->idle_client_count()));
     p->set_client_welcome(static_cast<uint32_t>(pool->welcome_client_count()));
     // PgBouncer's split: idle servers past server_check_delay are "used" (checked before their
-    // next client), and servers waiting for a cancel to land are "being canceled".
+    // next client); servers waiting for a cancel to land, or draining after their client left
+    // mid-query, are "being canceled"; cancels on their way are "active cancel".
     uint32_t used = 0;
     uint32_t being_canceled = 0;
-    if (pool->idle_server_count() > 0 || pool->testing_server_count() > 0) {
+    uint32_t active_cancel = 0;
+    if (pool->idle_server_count() > 0 || pool->testing_server_count() > 0 ||
+        pool->active_server_count() > 0) {
       const auto& pc = registry_.config().pool;
       const bool checks =
           pc.server_check_delay >= absl::ZeroDuration() && pc.server_check_query != "-";
       pool->ForEachServer([&](const pool::ServerConn& s) {
+        active_cancel += static_cast<uint32_t>(s.cancels_in_flight());
         if (s.state() == pool::ServerState::kIdle && checks &&
             now - s.last_used_at() > pc.server_check_delay) {
           ++used;
-        } else if (s.state() == pool::ServerState::kCanceling) {
+        } else if (s.state() == pool::ServerState::kCanceling ||
+                   s.state() == pool::ServerState::kDraining) {
           ++being_canceled;
         }
       });
@@ -245,6 +253,7 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
     p->set_server_used(used);
     p->set_server_tested(static_cast<uint32_t>(pool->testing_server_count()));
     p->set_server_being_canceled(being_canceled);
+    p->set_server_active_cancel(active_cancel);
     p->set_server_login(static_cast<uint32_t>(pool->login_server_count()));
     p->set_max_wait_us(static_cast<uint64_t>(absl::ToInt64Microseconds(pool->max_wait(now))));
     p->set_paused(pool->paused());

@@ -57,36 +57,47 @@ CancelOutcome CancelHandler::HandleCancel(const protocol::CancelKey& key, bool f
   }
   ClientConn* client = it->second;
   ServerConn* server = client->server();
+  if (server == nullptr && client->CancelQueuedQuery()) {
+    // Its query still waited for a server: answered here, and no server is touched.
+    ++counters.cancels_queued;
+    PGFLEET_LOG(kInfo, "cancel_queued_query", "client=", client->id(),
+                " forwarded=", forwarded ? "true" : "false");
+    return CancelOutcome::kSent;
+  }
   if (server == nullptr || !server->query_in_progress()) {
     ++counters.cancels_dropped;
     PGFLEET_LOG(kDebug, "cancel_dropped", "reason=idle_client client=", client->id());
     return CancelOutcome::kDropped;
   }
-  auto fd = net::ConnectTo(server->pool()->db().host, server->pool()->db().port);
-  if (!fd.ok()) {
+  if (!CancelQuery(*server, forwarded ? "client_forwarded" : "client")) {
     ++counters.cancels_dropped;
     return CancelOutcome::kDropped;
   }
-  auto request = std::make_unique<CancelRequestConn>(context_.loop(), *fd, this, server->id(),
-                                                     server->link_generation());
-  if (!request->Register(/*connecting=*/true).ok()) {
-    ++counters.cancels_dropped;
-    return CancelOutcome::kDropped;
-  }
-  server->AddCancelInFlight();
   PGFLEET_LOG(kInfo, "cancel_request", "client=", client->id(), " server=", server->id(),
               " forwarded=", forwarded ? "true" : "false");
-  Track(std::move(request));
   return CancelOutcome::kSent;
 }
 
-void CancelHandler::CancelAbandonedQuery(const ServerConn& server) {
+bool CancelHandler::CancelQuery(ServerConn& server, std::string_view why) {
   auto fd = net::ConnectTo(server.pool()->db().host, server.pool()->db().port);
-  if (!fd.ok()) return;
+  if (!fd.ok()) return false;
+  auto request = std::make_unique<CancelRequestConn>(context_.loop(), *fd, this, server.id(),
+                                                     server.link_generation());
+  if (!request->Register(/*connecting=*/true).ok()) return false;
+  server.AddCancelInFlight();
+  PGFLEET_LOG(kDebug, "cancel_started", "server=", server.id(), " why=", why);
+  Track(std::move(request));
+  return true;
+}
+
+bool CancelHandler::CancelAbandonedQuery(const ServerConn& server) {
+  auto fd = net::ConnectTo(server.pool()->db().host, server.pool()->db().port);
+  if (!fd.ok()) return false;
   auto request = std::make_unique<CancelRequestConn>(context_.loop(), *fd, this,
                                                      server.backend_pid(), server.backend_secret());
-  if (!request->Register(/*connecting=*/true).ok()) return;
+  if (!request->Register(/*connecting=*/true).ok()) return false;
   Track(std::move(request));
+  return true;
 }
 
 bool CancelHandler::AllowCancelFrom(std::string_view peer_address) {

@@ -42,8 +42,14 @@ class CancelHandler final : public CancelTarget {
   CancelOutcome HandleCancel(const protocol::CancelKey& key, bool forwarded) override;
   void set_forwarder(CancelForwarder* forwarder) { forwarder_ = forwarder; }
 
-  // Cancels whatever `server` runs, unconditionally, before pgfleet drops the connection.
-  void CancelAbandonedQuery(const ServerConn& server);
+  // Sends PostgreSQL a CancelRequest for the query `server` runs, on a new connection. It goes out
+  // only if, when that connects, the same link still runs a query, and the server counts it as in
+  // flight until it is over, so that it is not reused before then (kCanceling, kDraining). `why`
+  // is logged. False when no connection could be started.
+  [[nodiscard]] bool CancelQuery(ServerConn& server, std::string_view why);
+  // Cancels whatever `server` runs, unconditionally, because pgfleet closes the connection right
+  // after (nothing can be checked or held then). False when no connection could be started.
+  bool CancelAbandonedQuery(const ServerConn& server);
   // pool.cancel_rate_limit: true when a CancelRequest from `peer_address` may be acted on; a
   // refused one is counted, and logged at most once per 10 s per address (with the count).
   [[nodiscard]] bool AllowCancelFrom(std::string_view peer_address);

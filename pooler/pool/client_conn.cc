@@ -10,6 +10,7 @@
 #include "pooler/pool/cancel_handler.h"
 #include "pooler/pool/connection_output.h"
 #include "pooler/pool/pool.h"
+#include "pooler/pool/queued_cancel.h"
 #include "pooler/pool/server_conn.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/frame.h"
@@ -424,8 +425,53 @@ void ClientConn::OnServerReleased() {
   if (!in_.empty()) HandleLoggedInData();
 }
 
+bool ClientConn::CancelQueuedQuery() {
+  if (state_ != ClientState::kWaiting || closed()) return false;
+  // A queued client holds no server, so it is outside any transaction (transaction and statement
+  // pooling; a session-mode client waits only for its first server).
+  protocol::StringSink answer;
+  const QueuedCancelVerdict verdict = pool::CancelQueuedQuery(stream_, in_.Readable(), 'I', answer);
+  if (!verdict.cancelled) return false;
+  context_.counters().CountError(protocol::sqlstate::kQueryCanceled);
+  if (!ApplyCancelAnswer(answer, verdict.consumed, verdict.protocol_error)) return true;
+  // Still dropping the query's rest (in_ holds at most a partial header), or nothing else queued:
+  // no query waits. Otherwise the next one keeps the client's place in the queue.
+  if (stream_.cancelled_rest != CancelledRest::kNone || in_.empty()) pool_->LeaveQueue(this);
+  return true;
+}
+
+bool ClientConn::DropCancelledRest() {
+  if (stream_.cancelled_rest == CancelledRest::kNone) return true;
+  protocol::StringSink answer;
+  const CancelledRestVerdict verdict =
+      pool::DropCancelledRest(stream_, in_.Readable(), 'I', answer);
+  if (!ApplyCancelAnswer(answer, verdict.consumed, verdict.protocol_error)) return false;
+  return stream_.cancelled_rest == CancelledRest::kNone && !in_.empty();
+}
+
+bool ClientConn::ApplyCancelAnswer(const protocol::StringSink& answer, size_t consumed,
+                                   bool protocol_error) {
+  in_.Consume(consumed);
+  in_.ReleaseIfEmpty();
+  // Dropping made room: a queue that was full may be read again.
+  if (!read_enabled_) SetReadEnabled(true);
+  if (!answer.bytes().empty() && !Send(AsBytes(answer.bytes()))) {
+    Close("write to client failed");
+    return false;
+  }
+  if (protocol_error) {
+    ++context_.counters().protocol_errors;
+    Fatal(protocol::sqlstate::kProtocolViolation, "invalid message length from client");
+    return false;
+  }
+  return true;
+}
+
 void ClientConn::HandleLoggedInData() {
   if (in_.empty()) return;
+  // The rest of a query cancelled while queued never reaches a server. Only an idle client drops
+  // it: a cancelled client leaves the queue until the rest has arrived.
+  if (state_ == ClientState::kIdle && !DropCancelledRest()) return;
   if (state_ == ClientState::kActive) {
     RelayToServer();
     return;
@@ -466,13 +512,15 @@ bool ClientConn::RelayToServer() {
   ConnectionOutput to_server(server, data);
   protocol::StringSink answers;
   const FrontendVerdict verdict = server->relay().FromClient(data, loop_.now(), to_server, answers);
+  // What the relay accounted for before a rejected message goes out, so that what the server owes
+  // matches what it got when the client is closed and its server drained.
+  const bool delivered = to_server.Finish();
   if (verdict.kind == FrontendVerdict::Kind::kReject) {
-    // Nothing more reaches the server: it is released or closed with this client.
+    // Nothing more reaches the server: it is released or drained with this client.
     if (verdict.protocol_error) ++context_.counters().protocol_errors;
     Fatal(verdict.sqlstate, verdict.message);
     return false;
   }
-  const bool delivered = to_server.Finish();
   pool_->stats().received_bytes += to_server.passed();
   if (!delivered) {
     server->Close("write to server failed");

@@ -85,6 +85,10 @@ class ClientConn final : public net::Connection, public base::ListNode {
                    const ParamSet& server_defaults);
   // Processes messages that arrived while unlinked (after welcome or release).
   void OnServerReleased();
+  // A CancelRequest for this client: when its query waits for a server, answers it as cancelled
+  // and drops it (queued_cancel.h), leaving the queue if nothing else is queued. True when it did
+  // (the client may have been closed meanwhile); false when no query waits.
+  bool CancelQueuedQuery();
 
   // Whether this client counts against max_client_conn (false = over the limit, refused at
   // startup with 53300).
@@ -138,6 +142,12 @@ class ClientConn final : public net::Connection, public base::ListNode {
   // An idle client's DEALLOCATE of a renamed statement, answered without a server
   // (Relay::AnswerIdleDeallocate). True when done.
   bool AnswerDeallocate();
+  // Drops what arrived of a query cancelled while queued (DropCancelledRest). True when the
+  // client's next query may go on; false while still dropping, or when the client was closed.
+  bool DropCancelledRest();
+  // Sends `answer` and consumes `consumed` input bytes; FATAL 08P01 on `protocol_error`. False
+  // when the client was closed.
+  bool ApplyCancelAnswer(const protocol::StringSink& answer, size_t consumed, bool protocol_error);
 
   // Only the state lists change the state (connection_state.h).
   template <typename, typename, size_t>

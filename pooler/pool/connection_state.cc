@@ -45,7 +45,8 @@ bool IsLegalClientMove(ClientState from, ClientState to) {
     case S::kIdle:
       return to == S::kWaiting || to == S::kActive;
     case S::kWaiting:
-      return to == S::kActive;
+      // Linked, or its queued query was cancelled and nothing else is queued.
+      return to == S::kActive || to == S::kIdle;
     case S::kActive:
       return to == S::kIdle;  // released, or its server went away
     case S::kAdmin:
@@ -69,6 +70,8 @@ std::string_view ServerStateName(ServerState state) {
       return "tested";
     case ServerState::kCanceling:
       return "being_canceled";
+    case ServerState::kDraining:
+      return "draining";
     case ServerState::kClosed:
       return "closed";
   }
@@ -87,12 +90,16 @@ bool IsLegalServerMove(ServerState from, ServerState to) {
       // Linked, or a check query / auth_query before serving.
       return to == S::kActive || to == S::kTesting;
     case S::kActive:
-      // Released (idle, or held while a cancel is in flight), or reset after its client left.
-      return to == S::kIdle || to == S::kCanceling || to == S::kTesting;
+      // Released (idle, or held while a cancel is in flight), reset after its client left, or
+      // drained after its client left mid-query.
+      return to == S::kIdle || to == S::kCanceling || to == S::kTesting || to == S::kDraining;
     case S::kTesting:
       return to == S::kIdle;
     case S::kCanceling:
       return to == S::kIdle;
+    case S::kDraining:
+      // Clean again: back to the pool, or reset first (session mode, server_reset_query_always).
+      return to == S::kIdle || to == S::kTesting;
     case S::kClosed:
       return false;
   }

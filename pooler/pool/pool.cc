@@ -60,7 +60,9 @@ void Pool::ApplyConfig(const config::DatabaseConfig& db) {
   mode_ = context_.config().EffectivePoolMode(db_, user_);
   UpdateRelaySettings();
   if (target_changed) {
-    for (ServerConn* s : servers_.In({ServerState::kActive})) s->MarkCloseOnRelease();
+    for (ServerConn* s : servers_.In({ServerState::kActive, ServerState::kDraining})) {
+      s->MarkCloseOnRelease();
+    }
     CloseIdleServers("database settings changed");
     welcome_known_ = false;
   }
@@ -360,27 +362,39 @@ void Pool::ReleaseServer(ServerConn* server) {
 void Pool::RemoveClient(ClientConn* client) {
   CancelAuthQuery(client);
   ServerConn* server = client->server();
-  if (server != nullptr) {
-    const bool clean =
-        server->IsReleasable() && server->in().empty() && !server->has_pending_output();
-    server->Detach();
-    client->Detach();
+  if (server == nullptr) {
     MoveClient(client, ClientState::kClosed);
-    const auto& pool_config = context_.config().pool;
-    if (!clean) {
-      server->Close("client disconnected while server was not ready");
-    } else if ((mode_ == config::PoolMode::kSession || pool_config.server_reset_query_always) &&
-               !pool_config.server_reset_query.empty()) {
-      MoveServer(server, ServerState::kTesting);
-      if (!server->SendHiddenQuery(pool_config.server_reset_query)) {
-        server->Close("server reset failed");
-      }
-    } else {
-      ReleaseServer(server);
-    }
     return;
   }
+  const bool clean =
+      server->IsReleasable() && server->in().empty() && !server->has_pending_output();
+  if (!clean) {
+    // Every path that closes a client mid-query ends here (docs/architecture.md, "Abandoned
+    // queries").
+    AbandonServer(server, client);
+    return;
+  }
+  server->Detach();
+  client->Detach();
   MoveClient(client, ClientState::kClosed);
+  ReturnServer(server);
+}
+
+void Pool::ReturnServer(ServerConn* server) {
+  const auto& pool_config = context_.config().pool;
+  if ((mode_ == config::PoolMode::kSession || pool_config.server_reset_query_always) &&
+      !pool_config.server_reset_query.empty() && !server->close_on_release()) {
+    MoveServer(server, ServerState::kTesting);
+    if (!server->SendHiddenQuery(pool_config.server_reset_query)) {
+      server->Close("server reset failed");
+    }
+  } else {
+    ReleaseServer(server);
+  }
+}
+
+void Pool::LeaveQueue(ClientConn* client) {
+  if (client->state() == ClientState::kWaiting) MoveClient(client, ClientState::kIdle);
 }
 
 void Pool::RemoveServer(ServerConn* server) {
@@ -443,6 +457,9 @@ void Pool::Shutdown(std::string_view reason) {
                     ServerState::kActive, ServerState::kTesting, ServerState::kCanceling})) {
     if (server->state() != ServerState::kClosed) server->Close(reason);
   }
+  // Servers whose clients just left mid-query run on in PostgreSQL until their cancel lands:
+  // they close once they have answered, and count against the budgets until then.
+  for (ServerConn* server : servers_.In({ServerState::kDraining})) server->MarkCloseOnRelease();
 }
 
 bool Pool::CloseIdleClients(std::string_view reason, absl::Time now) {
@@ -496,9 +513,7 @@ void Pool::Maintain(absl::Time now) {
     }
   }
   for (auto [c, query] : timed_out) {
-    // Stop the backend's work too: closing the socket alone would leave the query running.
-    if (query && c->server() != nullptr) registry_->cancels().CancelAbandonedQuery(*c->server());
-    // Closing the client closes its server: it is mid-transaction.
+    // Closing the client cancels what its server runs and drains the server (RemoveClient).
     c->Fatal(
         query ? protocol::sqlstate::kQueryCanceled : protocol::sqlstate::kIdleInTransactionTimeout,
         query ? "query_timeout: query ran longer than the configured limit"
@@ -524,6 +539,7 @@ void Pool::Maintain(absl::Time now) {
     }
   }
   for (auto [s, reason] : to_close) s->Close(reason);
+  ExpireDraining(now);
   // Reserve pool: a client waiting past reserve_pool_timeout may use extra servers.
   if (!clients_[ClientState::kWaiting].empty() &&
       context_.config().EffectiveReservePoolSize(db_) > 0 &&

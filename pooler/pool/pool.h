@@ -59,8 +59,12 @@ class Pool {
   void AddClient(ClientConn* client);
   // The client has messages to send: link it to a server now or queue it in arrival order.
   void RequestServer(ClientConn* client);
-  // The client is going away; unlinks and releases or closes its server.
+  // The client is going away; unlinks its server and releases it, or, mid-query, drains it
+  // (pool_abandon.cc).
   void RemoveClient(ClientConn* client);
+  // A waiting client's queued query was cancelled and it has nothing else queued: it leaves the
+  // queue (queued_cancel.h).
+  void LeaveQueue(ClientConn* client);
 
   // --- server side ---
   void OnServerConnected(ServerConn* server);
@@ -75,6 +79,9 @@ class Pool {
   void RemoveServer(ServerConn* server);
   // A server finished a test/reset query or a cancel and may serve again.
   void MakeIdle(ServerConn* server);
+  // A draining server read more of what it owes, or a cancel for it landed: rolls back, returns
+  // it to the pool or closes it once it can (pool_abandon.cc).
+  void ContinueDrain(ServerConn* server);
 
   // Queues `client` for an auth_query on one of this pool's servers (this pool's user is
   // auth.user).
@@ -97,10 +104,14 @@ class Pool {
   size_t login_server_count() const {
     return servers_.size(ServerState::kConnecting) + servers_.size(ServerState::kLogin);
   }
-  // Running a check, reset or auth query, or waiting for a cancel to land (sv_tested).
+  // Running a check, reset or auth query, waiting for a cancel to land, or draining after its
+  // client left mid-query (sv_tested): each serves the queue once done.
   size_t testing_server_count() const {
-    return servers_.size(ServerState::kTesting) + servers_.size(ServerState::kCanceling);
+    return servers_.size(ServerState::kTesting) + servers_.size(ServerState::kCanceling) +
+           servers_.size(ServerState::kDraining);
   }
+  // Draining after its client left mid-query (docs/architecture.md, "Abandoned queries").
+  size_t draining_server_count() const { return servers_.size(ServerState::kDraining); }
   absl::Duration max_wait(absl::Time now) const;
 
   // Tells every client `reason` (FATAL 57P01) and closes every connection of the pool.
@@ -149,6 +160,14 @@ class Pool {
 
  private:
   void Link(ClientConn* client, ServerConn* server);
+  // An unlinked server whose client left and whose transaction is over: reset (session mode,
+  // server_reset_query_always) or released.
+  void ReturnServer(ServerConn* server);
+  // The client left `server` mid-query (pool_abandon.cc): PostgreSQL gets a CancelRequest, and the
+  // server stays open, counted against every budget, until it has answered what it owes.
+  void AbandonServer(ServerConn* server, ClientConn* client);
+  // Draining servers that are not clean within server_connect_timeout are closed.
+  void ExpireDraining(absl::Time now);
   void ServeWaiting();
   // ServeWaiting once the current event batch is done (see ReleaseServer).
   void ScheduleServeWaiting();
@@ -200,7 +219,8 @@ class Pool {
 
   // Idle servers are LIFO: the most recently used at the front keeps the busiest ones warm.
   ServerLists servers_{ServerState::kConnecting, ServerState::kLogin,   ServerState::kIdle,
-                       ServerState::kActive,     ServerState::kTesting, ServerState::kCanceling};
+                       ServerState::kActive,     ServerState::kTesting, ServerState::kCanceling,
+                       ServerState::kDraining};
 
   // What this worker last told the pod of its idle servers and waiting clients of the pool.
   int published_idle_ = 0;

@@ -14,16 +14,16 @@ void Pool::SetPaused(bool paused) {
 void Pool::Reconnect() {
   for (ServerConn* s :
        servers_.In({ServerState::kConnecting, ServerState::kLogin, ServerState::kActive,
-                    ServerState::kTesting, ServerState::kCanceling})) {
+                    ServerState::kTesting, ServerState::kCanceling, ServerState::kDraining})) {
     s->MarkCloseOnRelease();
   }
   CloseIdleServers("reconnect requested by admin");
 }
 
 bool Pool::HasServersToClose() const {
-  for (const ServerConn* s :
-       servers_.In({ServerState::kConnecting, ServerState::kLogin, ServerState::kIdle,
-                    ServerState::kActive, ServerState::kTesting, ServerState::kCanceling})) {
+  for (const ServerConn* s : servers_.In(
+           {ServerState::kConnecting, ServerState::kLogin, ServerState::kIdle, ServerState::kActive,
+            ServerState::kTesting, ServerState::kCanceling, ServerState::kDraining})) {
     if (s->close_on_release()) return true;
   }
   return false;
@@ -39,7 +39,8 @@ void Pool::ForEachClient(const std::function<void(const ClientConn&)>& fn) const
 void Pool::ForEachServer(const std::function<void(const ServerConn&)>& fn) const {
   for (const ServerConn* s :
        servers_.In({ServerState::kActive, ServerState::kIdle, ServerState::kTesting,
-                    ServerState::kCanceling, ServerState::kConnecting, ServerState::kLogin})) {
+                    ServerState::kCanceling, ServerState::kDraining, ServerState::kConnecting,
+                    ServerState::kLogin})) {
     fn(*s);
   }
 }

@@ -210,6 +210,12 @@ void PoolRegistry::CloseAll(std::string_view reason) {
   for (auto& [key, pool] : pools_) pool->Shutdown(reason);
 }
 
+size_t PoolRegistry::draining_server_count() const {
+  size_t n = 0;
+  for (const auto& [key, pool] : pools_) n += pool->draining_server_count();
+  return n;
+}
+
 bool PoolRegistry::TryBeginLogin() {
   const int limit = config().pool.max_concurrent_logins;
   if (limit > 0 && logins_in_progress_ >= static_cast<size_t>(limit)) {

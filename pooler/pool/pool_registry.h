@@ -94,8 +94,11 @@ class PoolRegistry final : public ClientHost, public ServerDirectory {
   // Applies a reloaded config (pool sizes, timeouts, userlist). The worker loads and checks it.
   void Reload(std::shared_ptr<const config::Config> config, auth::Userlist userlist);
 
-  // Stops accepting work: clients are told and closed, servers closed.
+  // Stops accepting work: clients are told and closed, servers closed (those whose clients were
+  // mid-query once they have drained, see Pool::Shutdown).
   void CloseAll(std::string_view reason);
+  // Servers draining after their client left mid-query, in every pool.
+  size_t draining_server_count() const;
 
  private:
   // Clients logging in and on the console, in state order.

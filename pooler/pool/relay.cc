@@ -146,15 +146,16 @@ BackendVerdict Relay::FromServer(std::span<const uint8_t> data, RelayOutput& to_
 }
 
 void Relay::EmitReadyAnswers(RelayOutput& to_client) {
-  if (pending_.empty() || client_ == nullptr) return;
+  if (pending_.empty()) return;
   scratch_.mutable_bytes().clear();
-  if (!TakeReadyAnswers(scratch_)) return;
+  // Unlinked (its client went away), the stand-in answers still leave the queue in their turn,
+  // so the server's own answers behind them are matched with what they answer.
+  if (!TakeReadyAnswers(scratch_) || client_ == nullptr) return;
   const auto& bytes = scratch_.bytes();
   to_client.Insert({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
 }
 
 bool Relay::TakeReadyAnswers(protocol::ByteSink& to_client) {
-  if (client_ == nullptr) return false;
   bool any = false;
   while (!pipeline_failed_ && !pending_.empty()) {
     const auto action = pending_.front().action;

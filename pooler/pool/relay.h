@@ -59,6 +59,11 @@ struct RelaySettings {
   StatementRegistry* statements = nullptr;     // worker-wide interning; not null when tracking
 };
 
+// What is left to drop of a client's query that a CancelRequest answered while it waited for a
+// server (queued_cancel.h): the rest of that simple Query (or FunctionCall), or everything up to
+// and including the Sync that ends its extended-protocol batch.
+enum class CancelledRest : uint8_t { kNone, kMessage, kThroughSync };
+
 // The client's half of the protocol state; survives changes of server.
 struct ClientStream {
   ClientStream(uint32_t max_packet_size, size_t tracked_slots)
@@ -70,6 +75,8 @@ struct ClientStream {
   absl::flat_hash_map<std::string, StatementPtr> statements;
   bool in_copy_in = false;  // inside COPY FROM STDIN
   bool unsynced = false;    // sent extended-protocol messages not yet closed by Sync
+  // A query cancelled while queued: its rest is dropped as it arrives, never relayed.
+  CancelledRest cancelled_rest = CancelledRest::kNone;
 
   bool mid_message() const { return decoder.mid_message(); }
 };
@@ -130,6 +137,22 @@ class Relay {
   bool TransactionLeftOpen() const {
     return rfq_owed_.empty() && hidden_rfq_ == 0 && tx_status_ != 'I';
   }
+
+  // The linked client went away with its work unfinished (docs/architecture.md, "Abandoned
+  // queries"). Appends to `to_server` what ends that work as a vanished PostgreSQL client's work
+  // ends: COPY FROM STDIN fails (CopyFail), and an extended-protocol batch still open fails (an
+  // Execute of a portal that cannot exist) and gets its Sync, so its implicit transaction rolls
+  // back instead of committing. Accounts for the answers these bring, as for the client's own
+  // messages, and unlinks. Returns false (unlinked too) when the client stopped inside a message:
+  // the server waits for the rest, which nobody can send, so it must be closed.
+  [[nodiscard]] bool Abandon(absl::Time now, protocol::ByteSink& to_server);
+  // What a server whose client went away needs next (after Abandon).
+  enum class DrainStep {
+    kWait,      // answers are still owed (the client's query, pgfleet's ending of it, a ROLLBACK)
+    kRollBack,  // everything is answered but a transaction is open: roll it back
+    kClean,     // everything is answered and no transaction is open: it may serve again
+  };
+  DrainStep NextDrainStep() const;
 
   // Tracked parameters as the server has them now.
   const ParamSet& params() const { return params_; }

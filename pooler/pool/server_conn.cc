@@ -113,7 +113,12 @@ void ServerConn::Detach() {
 
 void ServerConn::CancelFinished() {
   if (cancels_in_flight_ > 0) --cancels_in_flight_;
-  if (cancels_in_flight_ == 0 && state_ == ServerState::kCanceling) pool_->MakeIdle(this);
+  if (cancels_in_flight_ > 0) return;
+  if (state_ == ServerState::kCanceling) {
+    pool_->MakeIdle(this);
+  } else if (state_ == ServerState::kDraining) {
+    pool_->ContinueDrain(this);
+  }
 }
 
 bool ServerConn::SendSink(const protocol::StringSink& sink) {
@@ -453,7 +458,11 @@ void ServerConn::AfterRelayChunk() {
     return;
   }
   if (client_ == nullptr) {
-    if (state_ == ServerState::kIdle && !in_.empty()) Close("unexpected data from idle server");
+    if (state_ == ServerState::kDraining) {
+      pool_->ContinueDrain(this);
+    } else if (state_ == ServerState::kIdle && !in_.empty()) {
+      Close("unexpected data from idle server");
+    }
     return;
   }
   if (pool_->mode() == config::PoolMode::kSession) return;

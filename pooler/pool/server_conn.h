@@ -78,6 +78,16 @@ class ServerConn final : public net::Connection, public base::ListNode {
   void MarkCloseOnRelease() { close_on_release_ = true; }
   bool close_on_release() const { return close_on_release_; }
 
+  // Its client left mid-query (Pool::AbandonServer): from `now` it drains what it owes.
+  void BeginDrain(absl::Time now) {
+    drain_started_at_ = now;
+    SetReadEnabled(true);
+  }
+  absl::Time drain_started_at() const { return drain_started_at_; }
+
+  // Sends bytes pgfleet made (the relay accounted for them); false when the socket failed.
+  [[nodiscard]] bool SendSink(const protocol::StringSink& sink);
+
   int cancels_in_flight() const { return cancels_in_flight_; }
   void AddCancelInFlight() { ++cancels_in_flight_; }
   void CancelFinished();
@@ -125,7 +135,6 @@ class ServerConn final : public net::Connection, public base::ListNode {
   void AfterRelayChunk();
   void OnAuthQueryMessage(uint8_t type, std::span<const uint8_t> body);
   void FinishAuthQuery();
-  bool SendSink(const protocol::StringSink& sink);
 
   Pool* pool_;
   uint64_t id_;
@@ -151,6 +160,7 @@ class ServerConn final : public net::Connection, public base::ListNode {
   absl::Time created_at_;
   absl::Time last_used_at_;
   absl::Time linked_at_;
+  absl::Time drain_started_at_;
 };
 
 using ServerLists = StateLists<ServerConn, ServerState, kServerStateCount>;

@@ -81,6 +81,10 @@ struct WorkerCounters {
   uint64_t cancels_sent = 0;
   uint64_t cancels_forwarded = 0;
   uint64_t cancels_dropped = 0;
+  // CancelRequests answered by pgfleet because the query still waited for a server.
+  uint64_t cancels_queued = 0;
+  // Cancels pgfleet sent PostgreSQL for queries whose client went away (or was closed) mid-query.
+  uint64_t cancels_abandoned = 0;
   uint64_t servers_opened = 0;
   // One pool per pod: idle servers given to / taken from sibling workers.
   uint64_t servers_handed_over = 0;

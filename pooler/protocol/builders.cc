@@ -207,5 +207,8 @@ void BuildDescribe(ByteSink& sink, char kind, std::string_view name) {
 void BuildExecute(ByteSink& sink, std::string_view portal, uint32_t max_rows) {
   Message('E').CString(portal).Int32(max_rows).Finish(sink);
 }
+void BuildCopyFail(ByteSink& sink, std::string_view reason) {
+  Message('f').CString(reason).Finish(sink);
+}
 
 }  // namespace pgfleet::protocol

@@ -73,5 +73,7 @@ void BuildBindText(ByteSink& sink, std::string_view portal, std::string_view sta
                    std::span<const std::string_view> values);
 void BuildDescribe(ByteSink& sink, char kind, std::string_view name);
 void BuildExecute(ByteSink& sink, std::string_view portal, uint32_t max_rows);
+// Ends COPY FROM STDIN with an error: the server fails the COPY with `reason`.
+void BuildCopyFail(ByteSink& sink, std::string_view reason);
 
 }  // namespace pgfleet::protocol

@@ -225,11 +225,15 @@ void Worker::CheckShutdown() {
     if (!pool->CloseIdleClients("server shutting down", loop_.now())) done = false;
   }
   if (registry_->client_count() > 0) done = false;
-  if (done || loop_.now() > shutdown_deadline_) {
+  if (!closed_all_ && (done || loop_.now() > shutdown_deadline_)) {
     registry_->CloseAll("server shutting down");
+    closed_all_ = true;
     PGFLEET_LOG(kInfo, "shutdown_complete", "forced=", done ? "false" : "true");
-    loop_.Stop();
   }
+  // Servers whose clients were closed mid-query stay until PostgreSQL has cancelled what they ran
+  // (at most server_connect_timeout, the janitor's limit): leaving sooner would leave those
+  // queries running, on room the pod no longer counts.
+  if (closed_all_ && registry_->draining_server_count() == 0) loop_.Stop();
 }
 
 }  // namespace pgfleet::worker

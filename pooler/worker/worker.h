@@ -94,6 +94,7 @@ class Worker {
   std::unique_ptr<admin::Console> admin_console_;
   bool shutting_down_ = false;
   absl::Time shutdown_deadline_;
+  bool closed_all_ = false;  // shutdown closed every client; waiting for draining servers
 };
 
 // Loads the auth file named by `config` (empty list when none).

@@ -1,16 +1,76 @@
-// Query cancellation through pooler-minted keys.
-#include <chrono>
-#include <thread>
+// Query cancellation through pooler-minted keys: of queries PostgreSQL runs, and of queries that
+// still wait in pgfleet for a server.
+#include <poll.h>
 
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
 #include "gmock/gmock.h"
 #include "tests/integration/harness/fixtures.h"
+#include "tests/integration/harness/http_client.h"
 
 namespace pgfleet::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class CancelTest : public IntegrationTest {};
+// The next result of `c` within `timeout`, the NULL that ends each query's results skipped (in
+// pipeline mode one comes between queries); null when none came in time.
+ResultPtr NextResult(PGconn* c, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  int nulls = 0;
+  while (Clock::now() < deadline) {
+    if (PQconsumeInput(c) == 0) return nullptr;
+    if (!PQisBusy(c)) {
+      if (PGresult* r = PQgetResult(c)) return ResultPtr(r);
+      if (++nulls > 1) return nullptr;  // the query's results are over: nothing more will come
+      continue;
+    }
+    pollfd fd = {PQsocket(c), POLLIN, 0};
+    poll(&fd, 1, 20);
+  }
+  return nullptr;
+}
+
+bool SendCancel(PGconn* c) {
+  PGcancel* cancel = PQgetCancel(c);
+  char err[256];
+  const bool sent = PQcancel(cancel, err, sizeof(err)) == 1;
+  PQfreeCancel(cancel);
+  return sent;
+}
+
+class CancelTest : public IntegrationTest {
+ protected:
+  // Clients waiting for a server in the whole pod, as SHOW POOLS counts them.
+  int Waiting(const ConnPtr& admin) {
+    ResultPtr r = Exec(admin, "SHOW POOLS");
+    int waiting = 0;
+    for (const Row& row : RowsOf(r)) {
+      int n = 0;
+      if (row.at("database") == "postgres" && absl::SimpleAtoi(row.at("cl_waiting"), &n)) {
+        waiting += n;
+      }
+    }
+    return waiting;
+  }
+  // Starts `sql` on `holder` and waits until PostgreSQL runs it: the pool's one server is busy.
+  void HoldTheServer(const ConnPtr& holder, const std::string& sql) {
+    ASSERT_EQ(PQsendQuery(holder.get(), sql.c_str()), 1);
+    ASSERT_EQ(
+        WaitFor(
+            [&] {
+              return pg().QueryValue(absl::StrCat(
+                  "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query = '", sql,
+                  "'"));
+            },
+            [](const std::string& n) { return n == "1"; }),
+        "1");
+  }
+};
 
 TEST_F(CancelTest, CancelStopsLongQueryWithinASecond) {
   PgfleetProcess fleet(PoolConfig("transaction", 2));
@@ -66,6 +126,96 @@ TEST_F(CancelTest, ForgedKeyCancelsNothing) {
   ResultPtr r(PQgetResult(c.get()));
   while (PGresult* extra = PQgetResult(c.get())) PQclear(extra);
   EXPECT_EQ(std::string(PQgetvalue(r.get(), 0, 0)), "finished");
+}
+
+TEST_F(CancelTest, QueuedQueriesCancelledThroughOtherWorkersFailWithinASecond) {
+  pg().Exec("DROP TABLE IF EXISTS cancelled_queue; CREATE TABLE cancelled_queue (id int)");
+  // One server for a pod of four workers, so queries queue in pgfleet on every worker.
+  PgfleetProcess fleet(
+      absl::StrCat("workers: 4\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+                   "}\npool:\n  pool_mode: transaction\n  default_pool_size: 1\n",
+                   "admin:\n  users: [admin]\n"));
+  ASSERT_EQ(
+      WaitFor([&] { return WorkerPids(fleet.pid()).size(); }, [](size_t n) { return n >= 4; }), 4u);
+  // Logged in and served once on whichever worker the kernel picked (each worker learns the
+  // server's parameters from the server it is handed), so they can queue behind the holder.
+  constexpr int kQueued = 12;
+  std::vector<ConnPtr> clients;
+  for (int i = 0; i < kQueued + 1; ++i) {
+    clients.push_back(Connect(fleet.ConnString()));
+    ASSERT_EQ(Value(clients.back(), "SELECT 'in'"), "in") << ErrorOf(clients.back());
+  }
+  ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+  ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
+  const ConnPtr& holder = clients[0];
+  ASSERT_NO_FATAL_FAILURE(HoldTheServer(holder, "SELECT 42 FROM pg_sleep(4)"));
+  for (int i = 1; i <= kQueued; ++i) {
+    const std::string sql = absl::StrCat("INSERT INTO cancelled_queue VALUES (", i, ")");
+    ASSERT_EQ(PQsendQuery(clients[i].get(), sql.c_str()), 1);
+  }
+  ASSERT_EQ(WaitFor([&] { return Waiting(admin); }, [](int n) { return n == kQueued; }), kQueued);
+  // Each cancel goes to the pod's port: the kernel gives most of them to a worker other than the
+  // client's, which forwards it to the owner.
+  for (int i = 1; i <= kQueued; ++i) {
+    const auto start = Clock::now();
+    ASSERT_TRUE(SendCancel(clients[i].get()));
+    ResultPtr r = NextResult(clients[i].get(), std::chrono::seconds(1));
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(1)) << i;
+    EXPECT_EQ(SqlState(r), "57014") << i << ": " << PQerrorMessage(clients[i].get());
+    EXPECT_THAT(PQerrorMessage(clients[i].get()),
+                ::testing::HasSubstr("canceling statement due to user request"));
+    EXPECT_EQ(NextResult(clients[i].get(), std::chrono::milliseconds(100)), nullptr);
+  }
+  // The running query is unaffected, and the cancelled ones never ran.
+  ResultPtr held = NextResult(holder.get(), std::chrono::seconds(10));
+  ASSERT_EQ(PQresultStatus(held.get()), PGRES_TUPLES_OK) << PQerrorMessage(holder.get());
+  EXPECT_EQ(std::string(PQgetvalue(held.get(), 0, 0)), "42");
+  EXPECT_EQ(pg().QueryValue("SELECT count(*) FROM cancelled_queue"), "0");
+  for (int i = 1; i <= kQueued; ++i) EXPECT_EQ(Value(clients[i], "SELECT 'after'"), "after") << i;
+  EXPECT_EQ(ServerConnections(), 1);
+  // Counted where the clients live; most came through a sibling.
+  EXPECT_EQ(WaitFor([&] { return MetricSum(fleet.metrics_port(), "pgfleet_cancel_queued_total"); },
+                    [](double n) { return n == kQueued; }),
+            kQueued);
+  EXPECT_GT(MetricSum(fleet.metrics_port(), "pgfleet_cancel_forwarded_total"), 0);
+}
+
+TEST_F(CancelTest, PipelineWhoseFirstQueryIsCancelledWhileQueuedFailsOnlyThatQuery) {
+  pg().Exec("DROP TABLE IF EXISTS cancelled_pipeline; CREATE TABLE cancelled_pipeline (id int)");
+  PgfleetProcess fleet(PoolConfig("transaction", 1, "", "admin:\n  users: [admin]\n"));
+  auto holder = Connect(fleet.ConnString());
+  auto c = Connect(fleet.ConnString());
+  auto admin = Connect(fleet.ConnString("admin", "pgfleet"));
+  ASSERT_TRUE(Ok(holder) && Ok(c) && Ok(admin)) << ErrorOf(c) << ErrorOf(admin);
+  ASSERT_NO_FATAL_FAILURE(HoldTheServer(holder, "SELECT 42 FROM pg_sleep(2)"));
+  ASSERT_EQ(PQenterPipelineMode(c.get()), 1);
+  ASSERT_EQ(PQsendQueryParams(c.get(), "INSERT INTO cancelled_pipeline VALUES (1)", 0, nullptr,
+                              nullptr, nullptr, nullptr, 0),
+            1);
+  ASSERT_EQ(PQpipelineSync(c.get()), 1);
+  ASSERT_EQ(PQsendQueryParams(c.get(), "SELECT 'second'", 0, nullptr, nullptr, nullptr, nullptr, 0),
+            1);
+  ASSERT_EQ(PQpipelineSync(c.get()), 1);
+  ASSERT_EQ(PQflush(c.get()), 0);
+  ASSERT_EQ(WaitFor([&] { return Waiting(admin); }, [](int n) { return n == 1; }), 1);
+  const auto start = Clock::now();
+  ASSERT_TRUE(SendCancel(c.get()));
+  ResultPtr first = NextResult(c.get(), std::chrono::seconds(1));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
+  EXPECT_EQ(PQresultStatus(first.get()), PGRES_FATAL_ERROR);
+  EXPECT_EQ(SqlState(first), "57014");
+  ResultPtr sync = NextResult(c.get(), std::chrono::seconds(1));
+  EXPECT_EQ(PQresultStatus(sync.get()), PGRES_PIPELINE_SYNC);
+  // The rest of the pipeline kept its place and runs once the server is free.
+  ResultPtr second = NextResult(c.get(), std::chrono::seconds(10));
+  ASSERT_EQ(PQresultStatus(second.get()), PGRES_TUPLES_OK) << PQerrorMessage(c.get());
+  EXPECT_EQ(std::string(PQgetvalue(second.get(), 0, 0)), "second");
+  sync = NextResult(c.get(), std::chrono::seconds(1));
+  EXPECT_EQ(PQresultStatus(sync.get()), PGRES_PIPELINE_SYNC);
+  ASSERT_EQ(PQexitPipelineMode(c.get()), 1);
+  ResultPtr held = NextResult(holder.get(), std::chrono::seconds(10));
+  EXPECT_EQ(std::string(PQgetvalue(held.get(), 0, 0)), "42");
+  EXPECT_EQ(pg().QueryValue("SELECT count(*) FROM cancelled_pipeline"), "0");
 }
 
 }  // namespace

@@ -167,6 +167,8 @@ TEST_F(MetricsTest, EveryMetricIsServedAndMatchesTheConsole) {
                                 n::kCancelReceived,
                                 n::kCancelForwarded,
                                 n::kCancelDropped,
+                                n::kCancelQueued,
+                                n::kCancelAbandoned,
                                 n::kClientConnections,
                                 n::kClientsRejected,
                                 n::kCancelRateLimited,

@@ -69,7 +69,6 @@ class PodPoolTest : public IntegrationTest {
     std::atomic<int64_t> slowest_ms{0};
     std::atomic<int> queries{0};
     std::atomic<int> failures{0};
-    std::atomic<bool> done{false};
     std::mutex error_mu;
     std::string first_error;
     auto fail = [&](const ConnPtr& c) {
@@ -101,19 +100,8 @@ class PodPoolTest : public IntegrationTest {
         }
       });
     }
-    std::thread joiner([&] {
-      for (auto& t : threads) t.join();
-      done = true;
-    });
-    // Every 50 ms for as long as the load runs (bounded), so the cap is checked at every look.
-    int max_servers = 0;
-    WaitFor(
-        [&] {
-          max_servers = std::max(max_servers, ServerConnections());
-          return done.load();
-        },
-        duration + std::chrono::seconds(30), std::chrono::milliseconds(50));
-    joiner.join();
+    const int max_servers = MaxWhileJoining(
+        threads, [&] { return ServerConnections(); }, duration + std::chrono::seconds(30));
     return {std::chrono::milliseconds(slowest_ms.load()), queries.load(), failures.load(),
             max_servers, first_error};
   }
@@ -275,7 +263,8 @@ TEST_F(PodPoolTest, AServerThatMovedKeepsPreparedStatementsAndParameters) {
   }
   EXPECT_EQ(ServerConnections(), 1);
   // With twelve clients spread over two workers, the server moved between them.
-  EXPECT_TRUE(WaitFor([&] { return MetricSum(fleet, "pgfleet_server_handoffs_total") > 0; }));
+  EXPECT_TRUE(WaitFor(
+      [&] { return MetricSum(fleet.metrics_port(), "pgfleet_server_handoffs_total") > 0; }));
 }
 
 TEST_F(PodPoolTest, MinPoolSizeIsThePods) {
@@ -307,7 +296,8 @@ TEST_F(PodPoolTest, ACancelStopsAQueryOnAServerThatMoved) {
     clients.push_back(Connect(fleet.ConnString()));
     ASSERT_TRUE(ResultOk(Exec(clients.back(), "SELECT 1"))) << ErrorOf(clients.back());
   }
-  ASSERT_TRUE(WaitFor([&] { return MetricSum(fleet, "pgfleet_server_handoffs_total") > 0; }));
+  ASSERT_TRUE(WaitFor(
+      [&] { return MetricSum(fleet.metrics_port(), "pgfleet_server_handoffs_total") > 0; }));
   for (auto& c : clients) {
     ASSERT_EQ(PQsendQuery(c.get(), "SELECT pg_sleep(30)"), 1);
     ASSERT_TRUE(WaitFor([&] {

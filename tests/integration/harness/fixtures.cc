@@ -10,7 +10,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "tests/integration/harness/http_client.h"
 
 namespace pgfleet::testing {
 
@@ -84,19 +83,5 @@ pid_t PodLeasePid(pid_t supervisor) {
   return -1;
 }
 
-double MetricSum(const PgfleetProcess& fleet, const std::string& name) {
-  std::string body;
-  if (HttpGet(fleet.metrics_port(), "/metrics", &body) != 200) return -1;
-  double sum = 0;
-  for (auto line : absl::StrSplit(body, '\n')) {
-    if (!absl::StartsWith(line, name) || line.size() <= name.size() ||
-        (line[name.size()] != '{' && line[name.size()] != ' ')) {
-      continue;
-    }
-    double value = 0;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) sum += value;
-  }
-  return sum;
-}
 
 }  // namespace pgfleet::testing

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/integration/harness/http_client.h"
 #include "tests/integration/harness/libpq_client.h"
 #include "tests/integration/harness/pg_server.h"
 #include "tests/integration/harness/pgfleet_process.h"
@@ -31,8 +32,10 @@ std::vector<pid_t> WorkerPids(pid_t supervisor);
 // The pod's lease process under a supervisor (`pgfleet --pod_lease`), or -1.
 pid_t PodLeasePid(pid_t supervisor);
 
-// The sum over a pod's workers of a metric in its /metrics (-1 when /metrics does not answer).
-double MetricSum(const PgfleetProcess& fleet, const std::string& name);
+// The sum over a pod's workers of a metric in its /metrics (http_client.h).
+inline double MetricSum(const PgfleetProcess& fleet, const std::string& name) {
+  return MetricSum(fleet.metrics_port(), name);
+}
 
 // `databases:` + `pool:` YAML for a pool in front of the shared server.
 inline std::string PoolConfig(const std::string& mode, int pool_size,

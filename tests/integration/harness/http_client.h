@@ -11,6 +11,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
 namespace pgfleet::testing {
 
 // GETs http://127.0.0.1:`port``path`. Returns the status code (and the body in `body`), or -1
@@ -47,6 +51,23 @@ inline int HttpGet(int port, const std::string& path, std::string* body = nullpt
     *body = split == std::string::npos ? "" : response.substr(split + 4);
   }
   return status;
+}
+
+// The sum over every series (every worker) of metric `name` in the /metrics served on `port`, or
+// -1 when nothing answers.
+inline double MetricSum(int port, const std::string& name) {
+  std::string body;
+  if (HttpGet(port, "/metrics", &body) != 200) return -1;
+  double sum = 0;
+  for (auto line : absl::StrSplit(body, '\n')) {
+    if (!absl::StartsWith(line, name) || line.size() <= name.size() ||
+        (line[name.size()] != '{' && line[name.size()] != ' ')) {
+      continue;
+    }
+    double value = 0;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) sum += value;
+  }
+  return sum;
 }
 
 }  // namespace pgfleet::testing

@@ -3,10 +3,13 @@
 // it polls until the condition holds or a deadline passes, then asserts on what it saw last.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace pgfleet::testing {
 
@@ -38,6 +41,28 @@ auto WaitFor(Condition&& condition, std::chrono::milliseconds timeout = kWaitTim
   return WaitFor(
       std::forward<Condition>(condition),
       [](const auto& value) { return static_cast<bool>(value); }, timeout, interval);
+}
+
+// Joins `threads` (a load) while sampling every `interval`, for at most `timeout`, so that a limit
+// is checked at every look while the load runs; returns the largest sample.
+template <typename Sample>
+auto MaxWhileJoining(std::vector<std::thread>& threads, Sample&& sample,
+                     std::chrono::milliseconds timeout,
+                     std::chrono::milliseconds interval = std::chrono::milliseconds(50)) {
+  std::atomic<bool> done{false};
+  std::thread joiner([&] {
+    for (auto& t : threads) t.join();
+    done = true;
+  });
+  auto most = sample();
+  WaitFor(
+      [&] {
+        most = std::max(most, sample());
+        return done.load();
+      },
+      timeout, interval);
+  joiner.join();
+  return most;
 }
 
 }  // namespace pgfleet::testing

@@ -22,9 +22,10 @@ constexpr ClientState kAllClientStates[] = {
     ClientState::kStartup, ClientState::kAuth,  ClientState::kAuthQuery,
     ClientState::kWelcome, ClientState::kIdle,  ClientState::kWaiting,
     ClientState::kActive,  ClientState::kAdmin, ClientState::kClosed};
-constexpr ServerState kAllServerStates[] = {
-    ServerState::kConnecting, ServerState::kLogin,     ServerState::kIdle,  ServerState::kActive,
-    ServerState::kTesting,    ServerState::kCanceling, ServerState::kClosed};
+constexpr ServerState kAllServerStates[] = {ServerState::kConnecting, ServerState::kLogin,
+                                            ServerState::kIdle,       ServerState::kActive,
+                                            ServerState::kTesting,    ServerState::kCanceling,
+                                            ServerState::kDraining,   ServerState::kClosed};
 
 TEST(ClientStateMachine, ClientLifecyclesThePoolRunsAreLegal) {
   const std::vector<std::vector<ClientState>> paths = {
@@ -38,6 +39,8 @@ TEST(ClientStateMachine, ClientLifecyclesThePoolRunsAreLegal) {
       {ClientState::kStartup, ClientState::kIdle},
       {ClientState::kStartup, ClientState::kAdmin, ClientState::kClosed},
       {ClientState::kStartup, ClientState::kAuth, ClientState::kAdmin},
+      // Its queued query is cancelled and nothing else is queued: it leaves the queue.
+      {ClientState::kIdle, ClientState::kWaiting, ClientState::kIdle},
   };
   for (const auto& path : paths) {
     for (size_t i = 1; i < path.size(); ++i) {
@@ -51,7 +54,6 @@ TEST(ClientStateMachine, ImpossibleMovesAreRejected) {
   const std::vector<std::pair<ClientState, ClientState>> impossible = {
       {ClientState::kIdle, ClientState::kAuth},       // a logged-in client never logs in again
       {ClientState::kAdmin, ClientState::kIdle},      // the console never hands out servers
-      {ClientState::kWaiting, ClientState::kIdle},    // a queued client leaves only for a server
       {ClientState::kWelcome, ClientState::kActive},  // not before the welcome is sent
       {ClientState::kActive, ClientState::kWaiting},
       {ClientState::kStartup, ClientState::kActive},
@@ -74,11 +76,13 @@ TEST(ClientStateMachine, ImpossibleMovesAreRejected) {
 
 TEST(ServerStateMachine, TheServerLifecycleIsLegalAndShortcutsAreNot) {
   const std::vector<ServerState> life = {
-      ServerState::kConnecting, ServerState::kLogin, ServerState::kIdle,
-      ServerState::kTesting,    ServerState::kIdle,  ServerState::kActive,
-      ServerState::kCanceling,  ServerState::kIdle,  ServerState::kActive,
-      ServerState::kTesting,    ServerState::kIdle,  ServerState::kActive,
-      ServerState::kIdle,       ServerState::kClosed};
+      ServerState::kConnecting, ServerState::kLogin, ServerState::kIdle, ServerState::kTesting,
+      ServerState::kIdle, ServerState::kActive, ServerState::kCanceling, ServerState::kIdle,
+      ServerState::kActive, ServerState::kTesting, ServerState::kIdle, ServerState::kActive,
+      ServerState::kIdle, ServerState::kActive,
+      // Its client left mid-query: drained, then reset or returned to the pool.
+      ServerState::kDraining, ServerState::kIdle, ServerState::kActive, ServerState::kDraining,
+      ServerState::kTesting, ServerState::kIdle, ServerState::kClosed};
   for (size_t i = 1; i < life.size(); ++i) {
     EXPECT_TRUE(IsLegalServerMove(life[i - 1], life[i]))
         << ServerStateName(life[i - 1]) << " -> " << ServerStateName(life[i]);
@@ -88,6 +92,9 @@ TEST(ServerStateMachine, TheServerLifecycleIsLegalAndShortcutsAreNot) {
   EXPECT_FALSE(IsLegalServerMove(ServerState::kConnecting, ServerState::kIdle));
   EXPECT_FALSE(IsLegalServerMove(ServerState::kCanceling, ServerState::kActive));
   EXPECT_FALSE(IsLegalServerMove(ServerState::kTesting, ServerState::kActive));
+  // A draining server is linked only once it is back in the pool.
+  EXPECT_FALSE(IsLegalServerMove(ServerState::kDraining, ServerState::kActive));
+  EXPECT_FALSE(IsLegalServerMove(ServerState::kIdle, ServerState::kDraining));
   for (ServerState state : kAllServerStates) {
     EXPECT_FALSE(IsLegalServerMove(state, state)) << ServerStateName(state);
     EXPECT_FALSE(IsLegalServerMove(ServerState::kClosed, state));

@@ -1,184 +1,14 @@
 // The relay without sockets: byte streams in, what each side gets and the release rule out.
 #include "pooler/pool/relay.h"
 
-#include <optional>
 #include <string>
-#include <string_view>
-#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "pooler/protocol/builders.h"
-#include "pooler/protocol/sqlstate.h"
-#include "tests/unit/protocol/test_bytes.h"
+#include "tests/unit/pool/relay_test_link.h"
 
-namespace pgfleet::pool {
+namespace pgfleet::pool::relay_testing {
 namespace {
-
-using protocol::StringSink;
-using protocol::testing::AsBytes;
-using protocol::testing::Build;
-using protocol::testing::I16;
-using protocol::testing::I32;
-using protocol::testing::Typed;
-
-// Frontend messages.
-std::string Query(std::string_view sql) {
-  return Build([&](StringSink& s) { protocol::BuildQuery(s, sql); });
-}
-std::string Parse(std::string_view name, std::string_view sql) {
-  return Build([&](StringSink& s) { protocol::BuildParse(s, name, sql, {}); });
-}
-// The server-side name pgfleet gives a statement Parse(name, sql) makes: it derives from the Parse
-// tail (query, NUL, no parameter types).
-std::string Renamed(std::string_view sql) {
-  return StatementServerName(std::string(sql) + std::string(1, '\0') + I16(0));
-}
-std::string Bind(std::string_view statement, std::string_view portal = "") {
-  return Build([&](StringSink& s) { protocol::BuildBindText(s, portal, statement, {}); });
-}
-std::string Describe(char kind, std::string_view name) {
-  return Build([&](StringSink& s) { protocol::BuildDescribe(s, kind, name); });
-}
-std::string Close(char kind, std::string_view name) {
-  return Build([&](StringSink& s) { protocol::BuildClose(s, kind, name); });
-}
-std::string Execute() {
-  return Build([](StringSink& s) { protocol::BuildExecute(s, "", 0); });
-}
-std::string Sync() {
-  return Build([](StringSink& s) { protocol::BuildSync(s); });
-}
-std::string CopyData(std::string_view data) { return Typed('d', data); }
-std::string CopyDone() { return Typed('c', ""); }
-std::string CopyFail() { return Typed('f', std::string("gave up\0", 8)); }
-std::string Terminate() { return Typed('X', ""); }
-
-// Backend messages.
-std::string Ready(char status) {
-  return Build([&](StringSink& s) { protocol::BuildReadyForQuery(s, status); });
-}
-std::string Complete(std::string_view tag) {
-  return Build([&](StringSink& s) { protocol::BuildCommandComplete(s, tag); });
-}
-std::string Error(std::string_view sqlstate = "42P01") {
-  return Build([&](StringSink& s) {
-    protocol::BuildErrorResponse(s, "ERROR", sqlstate, "relation does not exist");
-  });
-}
-std::string ParseComplete() {
-  return Build([](StringSink& s) { protocol::BuildParseComplete(s); });
-}
-std::string BindComplete() {
-  return Build([](StringSink& s) { protocol::BuildBindComplete(s); });
-}
-std::string CloseComplete() {
-  return Build([](StringSink& s) { protocol::BuildCloseComplete(s); });
-}
-std::string NoData() {
-  return Build([](StringSink& s) { protocol::BuildNoData(s); });
-}
-std::string Row(std::string_view value) {
-  const std::string_view values[] = {value};
-  return Build([&](StringSink& s) { protocol::BuildDataRow(s, values); });
-}
-std::string ParamStatus(std::string_view name, std::string_view value) {
-  return Build([&](StringSink& s) { protocol::BuildParameterStatus(s, name, value); });
-}
-std::string CopyInResponse() { return Typed('G', std::string("\0\0\0", 3)); }
-std::string CopyOutResponse() { return Typed('H', std::string("\0\0\0", 3)); }
-
-// Collects what the relay sends one way: passed runs of the input and inserted bytes, in order.
-class Recorder final : public RelayOutput {
- public:
-  explicit Recorder(std::string_view input) : input_(input) {}
-  void Pass(size_t begin, size_t end) override {
-    ASSERT_LE(begin, end);
-    ASSERT_LE(end, input_.size());
-    out_.append(input_.substr(begin, end - begin));
-  }
-  void Insert(std::span<const uint8_t> bytes) override {
-    out_.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  }
-  const std::string& out() const { return out_; }
-
- private:
-  std::string_view input_;
-  std::string out_;
-};
-
-class CountingObserver final : public RelayObserver {
- public:
-  void OnQueryAnswered() override { ++answered; }
-  void OnServerError(std::string_view sqlstate) override { errors.emplace_back(sqlstate); }
-  void OnHiddenQueryFailed(std::string_view) override { ++hidden_failures; }
-  int answered = 0;
-  std::vector<std::string> errors;
-  int hidden_failures = 0;
-};
-
-// One client linked to one server's relay; bytes not yet decided wait for the next feed, as in
-// the connections' input buffers.
-class Link {
- public:
-  explicit Link(bool track_prepared = false, ClientStream* client = nullptr)
-      : tracked_({"search_path"}), settings_(Settings(track_prepared)), relay_(settings_) {
-    own_client_.emplace(1u << 30, tracked_.size());
-    relay_.Link(client != nullptr ? client : &*own_client_);
-  }
-
-  // The client sends `bytes`; returns what the server got.
-  std::string FromClient(std::string_view bytes) {
-    client_pending_ += bytes;
-    Recorder to_server(client_pending_);
-    StringSink answers;
-    verdict_ = relay_.FromClient(AsBytes(client_pending_), absl::UnixEpoch(), to_server, answers);
-    client_got_ += answers.bytes();
-    client_pending_.erase(0, verdict_.consumed);
-    return to_server.out();
-  }
-  // The server sends `bytes`; returns what the client got.
-  std::string FromServer(std::string_view bytes) {
-    server_pending_ += bytes;
-    Recorder to_client(server_pending_);
-    const BackendVerdict verdict =
-        relay_.FromServer(AsBytes(server_pending_), to_client, observer_);
-    EXPECT_FALSE(verdict.protocol_error);
-    server_pending_.erase(0, verdict.consumed);
-    client_got_ += to_client.out();
-    return to_client.out();
-  }
-  // Stand-in answers sent to the client while it sent (and everything since the last call).
-  std::string TakeClientAnswers() { return std::exchange(client_got_, {}); }
-
-  Relay& relay() { return relay_; }
-  ClientStream& client() { return *own_client_; }
-  const FrontendVerdict& verdict() const { return verdict_; }
-  CountingObserver& observer() { return observer_; }
-  StatementRegistry& registry() { return registry_; }
-  const RelaySettings& settings() const { return settings_; }
-
- private:
-  RelaySettings Settings(bool track_prepared) {
-    RelaySettings settings;
-    settings.track_prepared = track_prepared;
-    settings.max_prepared_statements = 2;
-    settings.tracked = &tracked_;
-    settings.statements = &registry_;
-    return settings;
-  }
-
-  TrackedParamNames tracked_;
-  StatementRegistry registry_;
-  RelaySettings settings_;
-  Relay relay_;
-  std::optional<ClientStream> own_client_;
-  CountingObserver observer_;
-  FrontendVerdict verdict_;
-  std::string client_pending_;
-  std::string server_pending_;
-  std::string client_got_;
-};
 
 TEST(RelayTest, SimpleQueryIsReleasableOnceAnsweredOutsideATransaction) {
   Link link;
@@ -669,4 +499,4 @@ TEST(RelayTest, IdleDeallocateOfARenamedStatementIsAnsweredLocally) {
 }
 
 }  // namespace
-}  // namespace pgfleet::pool
+}  // namespace pgfleet::pool::relay_testing
