@@ -56,10 +56,11 @@ run_as_bench_user() {
   fi
 }
 
-# Owner for files that PostgreSQL / PgBouncer must write.
+# Owner for files that PostgreSQL / PgBouncer must write. The group is given by number, so a
+# numeric BENCH_USER (65534 where no account can be added) works too.
 chown_bench_user() {
   if [[ $EUID -eq 0 ]]; then
-    chown -R "$BENCH_USER:" "$@"
+    chown -R "$BENCH_USER:$(id -g "$BENCH_USER")" "$@"
   fi
 }
 
@@ -210,9 +211,10 @@ install_cleanup_trap() {
 
 # port_in_use PORT: something listens on 127.0.0.1:PORT (or any address).
 port_in_use() {
-  local port=$1
-  if command -v ss >/dev/null 2>&1; then
-    [[ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]]
+  local port=$1 listening
+  # ss missing or failing (no sock_diag, as under gVisor): try to connect instead.
+  if command -v ss >/dev/null 2>&1 && listening=$(ss -Hltn "sport = :$port" 2>/dev/null); then
+    [[ -n "$listening" ]]
   else
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
   fi
