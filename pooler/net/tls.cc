@@ -83,6 +83,27 @@ bool IsIpLiteral(std::string_view host) {
 
 }  // namespace
 
+namespace {
+
+// ALPN on the accepting side, as PostgreSQL 17+: a client that offers protocols must offer
+// "postgresql" (the IANA name; anything else may be a cross-protocol attack, ALPACA), and one
+// that offers none is accepted (the SSLRequest path; direct TLS checks for it after the
+// handshake, ClientConn).
+int SelectPostgresAlpn(SSL*, const unsigned char** out, unsigned char* outlen,
+                       const unsigned char* in, unsigned int inlen, void*) {
+  static constexpr unsigned char kPostgresql[] = {10,  'p', 'o', 's', 't', 'g',
+                                                  'r', 'e', 's', 'q', 'l'};
+  unsigned char* selected = nullptr;
+  if (SSL_select_next_proto(&selected, outlen, kPostgresql, sizeof(kPostgresql), in, inlen) !=
+      OPENSSL_NPN_NEGOTIATED) {
+    return SSL_TLSEXT_ERR_ALERT_FATAL;
+  }
+  *out = selected;
+  return SSL_TLSEXT_ERR_OK;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const TlsContext>> TlsContext::Create(TlsContextOptions options) {
   ERR_clear_error();
   SSL_CTX* ctx = SSL_CTX_new(options.accept_side ? TLS_server_method() : TLS_client_method());
@@ -149,6 +170,7 @@ absl::StatusOr<std::shared_ptr<const TlsContext>> TlsContext::Create(TlsContextO
     // Sessions are per connection; tickets would only cost a handshake message.
     SSL_CTX_set_num_tickets(ctx, 0);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_alpn_select_cb(ctx, SelectPostgresAlpn, nullptr);
   }
   return context;
 }
@@ -180,6 +202,13 @@ absl::StatusOr<std::unique_ptr<TlsSession>> TlsSession::Create(
 }
 
 TlsSession::~TlsSession() { SSL_free(ssl_); }
+
+std::string TlsSession::alpn() const {
+  const unsigned char* data = nullptr;
+  unsigned int length = 0;
+  SSL_get0_alpn_selected(ssl_, &data, &length);
+  return data == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(data), length);
+}
 
 TlsSession::Result TlsSession::Classify(int ret) {
   switch (SSL_get_error(ssl_, ret)) {

@@ -69,6 +69,8 @@ class TlsSession {
   // Drives the handshake; kDone once established. On kError, error() says why.
   Result Handshake();
   bool established() const { return established_; }
+  // The application protocol agreed with ALPN ("postgresql"), empty when the peer offered none.
+  std::string alpn() const;
 
   // Reads decrypted bytes (kDone with *n > 0), or says what to wait for.
   Result Read(std::span<uint8_t> into, size_t* n);

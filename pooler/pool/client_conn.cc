@@ -2,6 +2,7 @@
 #include "pooler/pool/client_conn.h"
 
 #include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include "absl/strings/match.h"
 #include "pooler/base/log.h"
@@ -71,6 +72,16 @@ void ClientConn::OnIoEvent(uint32_t events) {
 }
 
 void ClientConn::HandleReadable() {
+  // A TLS ClientHello as the very first byte: libpq 17+'s sslnegotiation=direct, TLS without the
+  // SSLRequest round trip. Peeked, so the bytes stay in the socket for OpenSSL to read.
+  if (state_ == ClientState::kStartup && tls() == nullptr && bytes_received() == 0) {
+    constexpr uint8_t kTlsHandshakeRecord = 0x16;
+    uint8_t first = 0;
+    if (recv(fd(), &first, 1, MSG_PEEK | MSG_DONTWAIT) == 1 && first == kTlsHandshakeRecord) {
+      StartDirectTls();
+      return;
+    }
+  }
   size_t n = 0;
   switch (ReadOnce(&n)) {
     case ReadResult::kWouldBlock:
@@ -227,6 +238,31 @@ void ClientConn::HandleStartupData() {
   }
 }
 
+void ClientConn::StartDirectTls() {
+  const auto& context = context_.tls().client;
+  if (context == nullptr || peer_address_ == "unix") {
+    // The client cannot read a plain-text error inside its TLS handshake: close, and say why
+    // here.
+    ++context_.counters().tls_handshake_failures;
+    PGFLEET_LOG(kWarning, "client_direct_tls_refused", "client=", id_, " addr=", peer_address_,
+                " reason=",
+                base::LogQuote(context == nullptr
+                                   ? "direct TLS (sslnegotiation=direct) but client TLS is not "
+                                     "configured (tls.client_tls_cert_file, client_tls_key_file)"
+                                   : "TLS is not used on unix sockets"));
+    Close("direct TLS refused");
+    return;
+  }
+  if (auto status = StartTls(context); !status.ok()) {
+    PGFLEET_LOG(kWarning, "client_tls_failed", "client=", id_, " addr=", peer_address_,
+                " error=", base::LogQuote(base::Sv(status.message())));
+    Close("cannot start TLS");
+    return;
+  }
+  direct_tls_ = true;
+  ContinueHandshake();
+}
+
 void ClientConn::ContinueHandshake() {
   switch (ContinueTlsHandshake()) {
     case HandshakeStatus::kInProgress:
@@ -240,6 +276,15 @@ void ClientConn::ContinueHandshake() {
       return;
     case HandshakeStatus::kDone:
       PGFLEET_LOG(kDebug, "client_tls", "client=", id_, " tls=", tls()->Description());
+      if (direct_tls_ && tls()->alpn() != "postgresql") {
+        // As PostgreSQL: direct TLS must name the protocol, or it could be another protocol's
+        // client talked into this port (ALPACA).
+        ++context_.counters().tls_handshake_failures;
+        PGFLEET_LOG(kWarning, "client_direct_tls_refused", "client=", id_, " addr=", peer_address_,
+                    " reason=\"no ALPN postgresql\"");
+        Close("direct TLS without ALPN postgresql");
+        return;
+      }
       // The startup packet may have come with the last handshake flight.
       HandleReadable();
       return;

@@ -115,6 +115,8 @@ class ClientConn final : public net::Connection, public base::ListNode {
   void HandleStartupData();
   void HandleStartupPacket(const protocol::StartupPacket& packet);
   // Drives the TLS handshake that follows our 'S'; reads the startup packet once it is done.
+  // TLS from the first byte (sslnegotiation=direct): refused without client TLS.
+  void StartDirectTls();
   void ContinueHandshake();
   void HandleAuthData();
   void BeginAuth();
@@ -168,6 +170,7 @@ class ClientConn final : public net::Connection, public base::ListNode {
   ClientStream stream_;
   protocol::CancelKey cancel_key_;
   uint32_t protocol_version_ = 0;  // negotiated at startup (protocol/negotiation.h)
+  bool direct_tls_ = false;        // TLS from the first byte (no SSLRequest)
   bool cancel_key_registered_ = false;
 
   // Authentication in progress.

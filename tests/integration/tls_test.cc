@@ -161,6 +161,84 @@ TEST_F(TlsTest, SighupRotatesTheCertificate) {
   RunCommand("rm -rf " + dir);
 }
 
+// A client that starts TLS at its first byte (libpq 17+'s sslnegotiation=direct): Python's ssl
+// module, offering `alpn` (none when empty), then a StartupMessage inside TLS. Prints READY once
+// logged in, CLOSED when pgfleet closed after the handshake, or HANDSHAKE_FAILED.
+std::string DirectTls(int port, const std::string& alpn) {
+  static const std::string script = [] {
+    const std::string path = TempDir() + "/direct_tls.py";
+    std::ofstream(path) << R"PY(import socket, ssl, struct, sys
+port, alpn = int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else ""
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+if alpn:
+    ctx.set_alpn_protocols([alpn])
+sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+try:
+    tls = ctx.wrap_socket(sock)
+except (ssl.SSLError, OSError) as e:
+    print("HANDSHAKE_FAILED", type(e).__name__)
+    sys.exit(0)
+params = b"user\0postgres\0database\0postgres\0\0"
+data = b""
+try:
+    tls.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
+    while True:
+        chunk = tls.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        at = 0
+        while at + 5 <= len(data):
+            kind, length = data[at:at + 1], struct.unpack("!i", data[at + 1:at + 5])[0]
+            if kind == b"Z":
+                print("READY", tls.selected_alpn_protocol())
+                sys.exit(0)
+            at += 1 + length
+except (ssl.SSLError, OSError):
+    pass
+print("CLOSED")
+)PY";
+    return path;
+  }();
+  std::string out = RunCommandOutput(
+      absl::StrCat("timeout 10 python3 ", script, " ", port, alpn.empty() ? "" : " " + alpn));
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+TEST_F(TlsTest, DirectTlsWithAlpnPostgresqlLogsIn) {
+  PgfleetProcess fleet(absl::StrCat(PoolConfig("transaction", 2), ClientTls("require")));
+  EXPECT_EQ(DirectTls(fleet.port(), "postgresql"), "READY postgresql") << fleet.Log();
+  // The SSLRequest path still works beside it.
+  auto tls = Connect(fleet.ConnString("postgres", "postgres", "sslmode=require"));
+  ASSERT_TRUE(Ok(tls)) << ErrorOf(tls);
+  EXPECT_EQ(Value(tls, "SELECT 1"), "1");
+}
+
+TEST_F(TlsTest, DirectTlsWithoutAlpnPostgresqlIsRefused) {
+  PgfleetProcess fleet(absl::StrCat(PoolConfig("transaction", 2), ClientTls("require")));
+  // No ALPN: the handshake completes, then pgfleet closes, as PostgreSQL does.
+  EXPECT_EQ(DirectTls(fleet.port(), ""), "CLOSED");
+  EXPECT_TRUE(WaitFor([&] { return fleet.Log().find("no ALPN postgresql") != std::string::npos; }))
+      << fleet.Log();
+  // Another protocol's name: the handshake itself fails (no_application_protocol).
+  EXPECT_THAT(DirectTls(fleet.port(), "http/1.1"), HasSubstr("HANDSHAKE_FAILED"));
+}
+
+TEST_F(TlsTest, DirectTlsWithoutClientTlsConfiguredClosesAndSaysWhy) {
+  PgfleetProcess fleet(PoolConfig("transaction", 2));
+  EXPECT_THAT(DirectTls(fleet.port(), "postgresql"), HasSubstr("HANDSHAKE_FAILED"));
+  EXPECT_TRUE(WaitFor([&] {
+    return fleet.Log().find("client TLS is not configured") != std::string::npos;
+  })) << fleet.Log();
+  // Plain clients are served as before.
+  auto plain = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(plain)) << ErrorOf(plain);
+  EXPECT_EQ(Value(plain, "SELECT 1"), "1");
+}
+
 TEST_F(TlsTest, CheckConfigNamesTheBrokenTlsFile) {
   const std::string dir = TempDir();
   const std::string path = dir + "/bad-tls.yaml";
