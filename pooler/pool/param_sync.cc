@@ -47,9 +47,13 @@ bool BuildParamSync(const TrackedParamNames& names, const ParamSet& wanted, cons
   for (size_t i = 0; i < wanted.size(); ++i) {
     if (!wanted.IsSet(i)) continue;
     if (current.IsSet(i) && current.Get(i) == wanted.Get(i)) continue;
-    base::StrAppend(sql, "SET ", names.name(i), "=", QuoteLiteral(wanted.Get(i)), ";");
+    // set_config() takes the value as the server reported it, list syntax and all: SET would
+    // read a quoted list ('"$user", public') as one element, a schema of that name.
+    base::StrAppend(sql, any ? "," : "SELECT ", "pg_catalog.set_config(",
+                    QuoteLiteral(names.name(i)), ",", QuoteLiteral(wanted.Get(i)), ",false)");
     any = true;
   }
+  if (any) sql->push_back(';');
   return any;
 }
 

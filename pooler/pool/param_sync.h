@@ -48,8 +48,9 @@ class ParamSet {
   std::vector<bool> set_;
 };
 
-// Appends to `sql` "SET name='value';" for every slot where `wanted` is set and differs from
-// `current`; returns true when anything was appended.
+// Appends to `sql` one "SELECT pg_catalog.set_config('name','value',false),...;" for every slot
+// where `wanted` is set and differs from `current`; returns true when anything was appended.
+// set_config() round-trips any reported value exactly (lists, quotes, empty strings).
 bool BuildParamSync(const TrackedParamNames& names, const ParamSet& wanted, const ParamSet& current,
                     std::string* sql);
 

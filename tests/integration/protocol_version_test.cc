@@ -1,6 +1,6 @@
-// Protocol versions toward clients, with raw packets (libpq 15 asks for 3.0 only): negotiation as
-// PostgreSQL 18 answers it, protocol 3.2's 32-byte cancel keys through any worker, and the
-// refusal of another major.
+// Startup packets as libpq 15 cannot send them (raw): protocol versions toward clients
+// (negotiation as PostgreSQL 18 answers it, protocol 3.2's 32-byte cancel keys through any
+// worker, the refusal of another major) and startup parameters that must survive server sharing.
 #include <chrono>
 #include <string>
 #include <thread>
@@ -125,6 +125,39 @@ TEST_F(ProtocolVersionTest, AThreeTwoKeyCancelsThroughAnyWorkerAndNoOtherKeyDoes
   }
   EXPECT_GT(MetricSum(fleet, std::string(metrics::names::kCancelForwarded)), 0)
       << "no cancel went through another worker in " << sessions << " sessions";
+}
+
+// The first column of the first DataRow in `messages` (empty when there is none).
+std::string FirstValue(const std::vector<RawMessage>& messages) {
+  for (const auto& m : messages) {
+    if (m.type != 'D' || m.body.size() < 6) continue;
+    const uint32_t length = (static_cast<uint32_t>(static_cast<uint8_t>(m.body[2])) << 24) |
+                            (static_cast<uint32_t>(static_cast<uint8_t>(m.body[3])) << 16) |
+                            (static_cast<uint32_t>(static_cast<uint8_t>(m.body[4])) << 8) |
+                            static_cast<uint8_t>(m.body[5]);
+    return m.body.substr(6, length);
+  }
+  return "";
+}
+
+// A tracked list parameter set at startup is re-applied exactly, quotes, commas and $user and
+// all, whenever the client gets the server back from another client (set_config, not SET, which
+// would make the whole list one schema name).
+TEST_F(ProtocolVersionTest, ATrackedListParameterSurvivesSharingTheServer) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1, "  track_extra_parameters: [search_path]\n"));
+  const std::string odd = "\"$user\", public, \"we,ird\", \"it's\"";
+  RawClient a, b;
+  ASSERT_TRUE(a.Connect(fleet.port(), "postgres", "postgres", kProtocol30, {{"search_path", odd}}))
+      << a.error();
+  ASSERT_TRUE(
+      b.Connect(fleet.port(), "postgres", "postgres", kProtocol30, {{"search_path", "public"}}))
+      << b.error();
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(a.Send(RawClient::Query("SHOW search_path")));
+    EXPECT_EQ(FirstValue(a.ReadUntilReady()), odd);
+    ASSERT_TRUE(b.Send(RawClient::Query("SHOW search_path")));
+    EXPECT_EQ(FirstValue(b.ReadUntilReady()), "public");
+  }
 }
 
 }  // namespace

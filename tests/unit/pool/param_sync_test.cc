@@ -91,7 +91,7 @@ TEST_F(BuildParamSyncTest, EmitsOnlyDifferingSetValues) {
   current_.Set(2, "Europe/Berlin");
   std::string sql;
   EXPECT_TRUE(BuildParamSync(names_, wanted_, current_, &sql));
-  EXPECT_EQ(sql, "SET TimeZone='UTC';");
+  EXPECT_EQ(sql, "SELECT pg_catalog.set_config('TimeZone','UTC',false);");
 }
 
 TEST_F(BuildParamSyncTest, NothingToDoLeavesSqlUntouched) {
@@ -111,8 +111,9 @@ TEST_F(BuildParamSyncTest, UnsetOnServerIsSentAndAppendedInSlotOrder) {
   std::string sql = "BEGIN;";
   EXPECT_TRUE(BuildParamSync(names_, wanted_, current_, &sql));
   EXPECT_EQ(sql,
-            "BEGIN;SET DateStyle='ISO, DMY';SET application_name='';"
-            "SET search_path='app, public';");
+            "BEGIN;SELECT pg_catalog.set_config('DateStyle','ISO, DMY',false),"
+            "pg_catalog.set_config('application_name','',false),"
+            "pg_catalog.set_config('search_path','app, public',false);");
 }
 
 TEST_F(BuildParamSyncTest, ValuesAreCompareCaseSensitivelyAndQuoted) {
@@ -120,7 +121,17 @@ TEST_F(BuildParamSyncTest, ValuesAreCompareCaseSensitivelyAndQuoted) {
   current_.Set(4, "IT'S");
   std::string sql;
   EXPECT_TRUE(BuildParamSync(names_, wanted_, current_, &sql));
-  EXPECT_EQ(sql, "SET application_name='it''s';");
+  EXPECT_EQ(sql, "SELECT pg_catalog.set_config('application_name','it''s',false);");
+}
+
+TEST_F(BuildParamSyncTest, AReportedListIsPassedWholeAsText) {
+  // PostgreSQL 18 reports search_path as '"$user", public': one text for set_config to parse.
+  wanted_.Set(5, "\"$user\", public, \"we'ird, schema\"");
+  std::string sql;
+  EXPECT_TRUE(BuildParamSync(names_, wanted_, current_, &sql));
+  EXPECT_EQ(sql,
+            "SELECT pg_catalog.set_config('search_path',"
+            "'\"$user\", public, \"we''ird, schema\"',false);");
 }
 
 TEST(QuoteLiteralTest, PlainValue) {
