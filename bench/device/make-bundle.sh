@@ -50,15 +50,55 @@ mkdir -p "$git_dir/info"
 touch "$git_dir/info/exclude"
 grep -qxF '/.device-bundle/' "$git_dir/info/exclude" || echo '/.device-bundle/' >>"$git_dir/info/exclude"
 
-if [[ "$SKIP_BUILD" != 1 ]]; then
-  log "building $PGFLEET_BUILD_DIR (waiting for /tmp/pgfleet-build.lock)"
-  flock /tmp/pgfleet-build.lock cmake --build "$PGFLEET_BUILD_DIR" -j2
-fi
-PGFLEET_SRC=$PGFLEET_BUILD_DIR/cmd/pgfleet/pgfleet
-[[ -x "$PGFLEET_SRC" ]] || die "no pgfleet at $PGFLEET_SRC"
+# Source files that go into the binary: everything but tests, docs, benchmarks and deployment.
+SRC_PATHSPEC=(. ':!tests' ':!docs' ':!bench' ':!helm' ':!deploy' ':!scripts' ':!*.md')
+src_dirty() { git -C "$REPO" status --porcelain --untracked-files=no -- "${SRC_PATHSPEC[@]}"; }
 
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/pgfleet-bundle.XXXXXX")
 trap 'rm -rf "$STAGE"' EXIT
+PGFLEET_SRC=$PGFLEET_BUILD_DIR/cmd/pgfleet/pgfleet
+PGFLEET_COPY=$STAGE/pgfleet.bin
+BUILD_STATE=""
+if [[ "$SKIP_BUILD" != 1 ]]; then
+  # Others may edit the tree while this builds. Wait (up to WAIT_CLEAN_S) until the source matches
+  # HEAD, build under the shared lock, and inside the same lock check with a dry run that nothing
+  # changed during the build (else the objects would mix two versions of a header), then copy the
+  # binary. Up to three tries.
+  : "${WAIT_CLEAN_S:=900}"
+  for ((try = 1; try <= 3; try++)); do
+    for ((w = 0; w < WAIT_CLEAN_S; w += 10)); do
+      [[ -z "$(src_dirty)" ]] && break
+      ((w % 60 == 0)) && log "source differs from HEAD ($(src_dirty | wc -l) files); waiting for a clean tree"
+      sleep 10
+    done
+    before=$(git -C "$REPO" rev-parse HEAD)
+    dirty_before=$(src_dirty | awk '{print $2}' | tr '\n' ' ')
+    log "building $PGFLEET_BUILD_DIR at $before${dirty_before:+ + uncommitted $dirty_before} (lock /tmp/pgfleet-build.lock)"
+    rm -f "$PGFLEET_COPY"
+    # shellcheck disable=SC2016
+    flock /tmp/pgfleet-build.lock bash -c '
+      cmake --build "$1" -j2 >&2 || exit 1
+      if [[ -f "$1/build.ninja" ]]; then
+        n=$(ninja -C "$1" -n pgfleet 2>/dev/null | grep -c "^\[") || true
+        [[ "$n" == 0 ]] || { echo "the tree changed during the build ($n steps pending)" >&2; exit 2; }
+      fi
+      cp -pL "$2" "$3"' _ "$PGFLEET_BUILD_DIR" "$PGFLEET_SRC" "$PGFLEET_COPY" && rc=0 || rc=$?
+    after=$(git -C "$REPO" rev-parse HEAD)
+    dirty_after=$(src_dirty | awk '{print $2}' | tr '\n' ' ')
+    if ((rc == 1)); then die "the build failed"; fi
+    if ((rc == 0)) && [[ "$before" == "$after" && "$dirty_before" == "$dirty_after" ]]; then
+      BUILD_STATE="built at $after${dirty_after:+ plus uncommitted changes to: $dirty_after}"
+      break
+    fi
+    log "try $try: the tree changed during the build; building again"
+  done
+  [[ -n "$BUILD_STATE" ]] || die "no consistent build after 3 tries (the tree keeps changing)"
+else
+  cp -pL "$PGFLEET_SRC" "$PGFLEET_COPY"
+  BUILD_STATE="build skipped (SKIP_BUILD=1): the binary in $PGFLEET_BUILD_DIR as it was"
+fi
+[[ -x "$PGFLEET_COPY" ]] || die "no pgfleet at $PGFLEET_SRC"
+
 R=$STAGE/pgfleet-device
 mkdir -p "$R"/{lib,tools,etc,pgfleet,usr/sbin,usr/lib/postgresql,usr/share/postgresql}
 
@@ -67,8 +107,8 @@ cp -a "$PG_LIB" "$R/usr/lib/postgresql/"
 rm -rf "$R$PG_LIB/lib/bitcode" "$R$PG_LIB"/lib/llvmjit*
 cp -a "$PG_SHARE" "$R/usr/share/postgresql/"
 cp -L "$PGBOUNCER_SRC" "$R/usr/sbin/pgbouncer"
-# A copy of the file, not the path: a rebuild during the packing cannot change what is bundled.
-cp -L "$PGFLEET_SRC" "$R/pgfleet/pgfleet"
+# The copy taken right after the build: a rebuild since cannot change what is bundled.
+cp "$PGFLEET_COPY" "$R/pgfleet/pgfleet"
 for t in setpriv ps openssl; do
   p=$(command -v "$t") || die "$t not found on the build host"
   cp -L "$p" "$R/tools/$t"
@@ -138,14 +178,9 @@ env -i LD_LIBRARY_PATH="$L" "$R/pgfleet/pgfleet" --version >/dev/null || die "bu
 {
   echo "bundle built: $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(uname -n) ($(. /etc/os-release && echo "$PRETTY_NAME"))"
   echo "repo commit:  $(git -C "$REPO" rev-parse HEAD) ($(git -C "$REPO" log -1 --format=%s | cut -c1-100))"
-  dirty=$(git -C "$REPO" status --porcelain --untracked-files=no | awk '{print $2}' | tr '\n' ' ')
-  if [[ "$SKIP_BUILD" == 1 ]]; then
-    echo "uncommitted tracked changes in the tree now (build skipped: the binary may predate them): ${dirty:-none}"
-  else
-    echo "uncommitted tracked changes in the tree that build-rel compiled: ${dirty:-none}"
-  fi
+  echo "pgfleet build: $BUILD_STATE"
   [[ -z "${BUILD_NOTE:-}" ]] || echo "note:         $BUILD_NOTE"
-  echo "pgfleet:      $("$R/pgfleet/pgfleet" --version 2>&1 | head -n 1), sha256 $(sha256sum "$R/pgfleet/pgfleet" | cut -c1-16), built $(date -u -r "$PGFLEET_SRC" '+%Y-%m-%d %H:%M UTC') from $PGFLEET_SRC"
+  echo "pgfleet:      $("$R/pgfleet/pgfleet" --version 2>&1 | head -n 1), sha256 $(sha256sum "$R/pgfleet/pgfleet" | cut -c1-16), linked $(date -u -r "$PGFLEET_COPY" '+%Y-%m-%d %H:%M UTC') in $PGFLEET_SRC"
   echo "postgres:     $(LD_LIBRARY_PATH=$L "$R$PG_LIB/bin/postgres" --version)"
   echo "pgbouncer:    $(LD_LIBRARY_PATH=$L "$R/usr/sbin/pgbouncer" --version 2>&1 | head -n 1)"
   echo "tools:        $(LD_LIBRARY_PATH=$L "$R/tools/openssl" version), $(LD_LIBRARY_PATH=$L "$R/tools/ps" --version 2>&1 | head -n 1), $(LD_LIBRARY_PATH=$L "$R/tools/setpriv" --version 2>&1 | head -n 1)"

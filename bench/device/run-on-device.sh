@@ -10,7 +10,9 @@
 # programs with the bundle's libraries (LD_LIBRARY_PATH is set for them only, never for the
 # machine's own tools), uses the bundled setpriv/ps/openssl only where the machine's own are
 # missing or broken, picks an unprivileged BENCH_USER when run as root (PostgreSQL and PgBouncer
-# refuse root), raises the descriptor limit, then runs, each part bounded by `timeout`:
+# refuse root), raises the descriptor limit, starts PostgreSQL once as a preflight (initdb, the
+# benchmarks' settings, a parallel query; if that fails it tries mmap, then System V shared
+# memory, and keeps what works in PG_EXTRA_ARGS), then runs, each part bounded by `timeout`:
 #   A  bench/pgbench_compare.sh  TARGETS="direct pgbouncer:1 pgfleet:1 pgbouncer:16 pgfleet:16
 #      pgfleet:4 pgfleet:8" (ratios pair pgfleet:1/pgbouncer:1 and pgfleet:16/pgbouncer:16;
 #      pgfleet 1/4/8/16 shows the scaling)
@@ -27,7 +29,8 @@
 # A_POOL_SIZE (20); B_LIMIT (150) B_CLIENTS ("16 64") B_DURATION (8) B_WARMUP (2) B_SCALE (10)
 # B_HANDOFF_SAMPLES (200) B_BURST_SAMPLES (100) B_TLS_SAMPLES (60) B_TLS (auto); JOBS (pgbench
 # threads, default nproc/2); PARTS ("A B"); PG_EXTRA_ARGS (appended to the postmaster's command
-# line, e.g. "-c dynamic_shared_memory_type=mmap"); BUNDLE; DEV_ROOT (/tmp/pgfleet-device);
+# line, e.g. "-c dynamic_shared_memory_type=mmap"; given, the preflight uses only it); BUNDLE;
+# DEV_ROOT (/tmp/pgfleet-device);
 # BENCH_USER (an existing account to use instead of creating pgfbench).
 set -uo pipefail
 
@@ -38,6 +41,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 : "${BUNDLE:=$REPO/.device-bundle/pgfleet-device.tar.xz}"
 : "${DEV_ROOT:=/tmp/pgfleet-device}"
 : "${BENCH_USER_NAME:=pgfbench}"
+PG_EXTRA_ARGS_GIVEN=${PG_EXTRA_ARGS+given}
 : "${PG_EXTRA_ARGS:=}"
 : "${PARTS:=A B}"
 : "${TOTAL_BUDGET:=430}"
@@ -98,6 +102,13 @@ unpack() {
   fi
   mkdir -p "$DEV_ROOT" && touch "$DEV_ROOT/.pgfleet-device-root" || return 1
   note "unpacking $BUNDLE ($(($(stat -c %s "$BUNDLE") / 1048576)) MiB) into $DEV_ROOT"
+  if [[ -f "$(dirname "$BUNDLE")/SHA256SUMS" ]]; then
+    if (cd "$(dirname "$BUNDLE")" && sha256sum -c --quiet SHA256SUMS) >>"$SETUP_LOG" 2>&1; then
+      note "bundle checksum ok"
+    else
+      note "WARNING: the bundle's checksum does not match SHA256SUMS"
+    fi
+  fi
   if ! { have xz && tar -C "$DEV_ROOT" -xJf "$BUNDLE" 2>>"$SETUP_LOG"; }; then
     note "no working xz: unpacking with python3's tarfile"
     rm -rf "${DEV_ROOT:?}/pgfleet-device"
@@ -299,6 +310,78 @@ choose_user() {
   note "BENCH_USER=$BENCH_USER ($(id "$BENCH_USER" 2>&1))"
 }
 
+# preflight_pg: initdb and start PostgreSQL once as BENCH_USER, with the settings the benchmarks
+# use (TCP on loopback, max_connections 1200, shared_buffers 256MB), and run a query and a parallel
+# query (dynamic shared memory). Without PG_EXTRA_ARGS given, the first of these that works is
+# kept for the benchmarks: none; mmap dynamic shared memory and no huge pages; System V shared
+# memory for both.
+preflight_one() { # EXTRA -> 0 when PostgreSQL starts and answers
+  local extra=$1 d="$DEV_ROOT/tmp/preflight" port pid i ok=1 q
+  port=$((20000 + RANDOM % 10000))
+  (export PG_EXTRA_ARGS="$extra" && as_bench_user "$PG_BINDIR/postgres" -D "$d/data" -c port="$port" \
+    -c listen_addresses=127.0.0.1 -c unix_socket_directories="$d" -c max_connections=1200 \
+    -c shared_buffers=256MB -c fsync=off -c logging_collector=off) >"$d/postgres.log" 2>&1 &
+  pid=$!
+  for ((i = 0; i < 200; i++)); do
+    "$PG_BINDIR/pg_isready" -q -h 127.0.0.1 -p "$port" -U postgres && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  q="SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0;
+     SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;
+     CREATE TEMP TABLE t AS SELECT g FROM generate_series(1, 100000) g;
+     SELECT count(*) FROM t; SELECT count(*) FROM pg_class"
+  "$PG_BINDIR/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres \
+    -d postgres -c "SELECT 1" >>"$SETUP_LOG" 2>&1 || ok=0
+  "$PG_BINDIR/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres \
+    -d postgres -c "$q" >>"$SETUP_LOG" 2>&1 || ok=0
+  kill -INT "$pid" 2>/dev/null
+  for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  if ((!ok)); then
+    note "  PostgreSQL with [${extra:-defaults}] failed; its log:"
+    sed 's/^/    /' "$d/postgres.log" | tail -n 15 | tee -a "$SETUP_LOG"
+  fi
+  ((ok))
+}
+
+as_bench_user() {
+  if [[ $EUID -eq 0 ]]; then
+    exec setpriv --reuid="$BENCH_USER" --regid="$BENCH_USER" --init-groups -- "$@"
+  else
+    exec "$@"
+  fi
+}
+
+preflight_pg() {
+  local d="$DEV_ROOT/tmp/preflight" extra t0=$SECONDS
+  rm -rf "$d" && mkdir -p "$d"
+  [[ $EUID -ne 0 ]] || chown "$BENCH_USER:$(id -g "$BENCH_USER")" "$d"
+  if ! (cd "$d" && as_bench_user "$PG_BINDIR/initdb" -D "$d/data" -U postgres --auth=trust \
+    -E UTF8 --locale=C --no-sync) >"$d/initdb.log" 2>&1; then
+    note "ERROR: initdb fails here; its log:"
+    tail -n 20 "$d/initdb.log" | sed 's/^/    /' | tee -a "$SETUP_LOG"
+    return 1
+  fi
+  note "preflight: initdb ok ($(grep -E '^dynamic_shared_memory_type' "$d/data/postgresql.conf" | cut -d'#' -f1 | tr -s ' \t' ' ' | sed 's/ $//'))"
+  if [[ -n "${PG_EXTRA_ARGS_GIVEN:-}" ]]; then
+    preflight_one "$PG_EXTRA_ARGS" || { note "ERROR: PostgreSQL fails with PG_EXTRA_ARGS='$PG_EXTRA_ARGS'"; return 1; }
+  else
+    for extra in "" "-c dynamic_shared_memory_type=mmap -c huge_pages=off" \
+      "-c dynamic_shared_memory_type=sysv -c shared_memory_type=sysv -c huge_pages=off"; do
+      if preflight_one "$extra"; then
+        PG_EXTRA_ARGS=$extra
+        break
+      fi
+      extra=FAILED
+    done
+    [[ "$extra" != FAILED ]] || { note "ERROR: PostgreSQL does not start here with any settings tried"; return 1; }
+  fi
+  note "preflight: PostgreSQL starts and answers over TCP (parallel query too) with PG_EXTRA_ARGS='$PG_EXTRA_ARGS' ($((SECONDS - t0))s)"
+  rm -rf "$d"
+}
+
 raise_limits() {
   local n
   for n in 1048576 524288 262144 131072 65536; do
@@ -376,6 +459,9 @@ if ((setup_ok)); then
   choose_user || setup_ok=0
 fi
 raise_limits
+if ((setup_ok)); then
+  PG_BINDIR=$WRAP/pgbin preflight_pg || setup_ok=0
+fi
 
 NPROC=$(nproc)
 : "${JOBS:=$((NPROC / 2 > 0 ? NPROC / 2 : 1))}"
@@ -386,7 +472,7 @@ export PYTHON=python3
 summ "" "== bundle"
 [[ -f "${R:-/nonexistent}/BUILDINFO" ]] && cat "$R/BUILDINFO" >>"$SUMMARY"
 summ "" "== environment for both parts" \
-  "PGFLEET_BIN=$PGFLEET_BIN (wrapper of $R/pgfleet/pgfleet)" \
+  "PGFLEET_BIN=$PGFLEET_BIN (wrapper of $R/pgfleet/pgfleet; the sha256 in the parts' headers is the wrapper's, the binary's is under == bundle)" \
   "PGBOUNCER_BIN=$PGBOUNCER_BIN PG_BINDIR=$PG_BINDIR (wrappers: LD_LIBRARY_PATH=$R/lib)" \
   "BENCH_USER=$BENCH_USER TMPDIR=$TMPDIR SYSCALLS=off KEEP_TMP=1 JOBS=$JOBS" \
   "PG_EXTRA_ARGS='$PG_EXTRA_ARGS' fd limit $(ulimit -Sn)" \
