@@ -269,10 +269,13 @@ void Pool::OnServerReady(ServerConn* server) {
 }
 
 void Pool::LearnWelcome(const ServerConn* server) {
-  if (welcome_known_) return;
-  welcome_known_ = true;
+  // Every login refreshes what new clients are told: the server behind the address may have
+  // changed since (another major, a promoted standby), and a client must hear the values of the
+  // servers it will get, not of the first one this pool ever opened.
   welcome_params_ = server->login_params();
   server_defaults_ = server->params();
+  if (welcome_known_) return;
+  welcome_known_ = true;
   while (ClientConn* client = clients_[ClientState::kWelcome].front()) {
     MoveClient(client, ClientState::kIdle);
     client->SendWelcome(welcome_params_, server_defaults_);

@@ -18,6 +18,9 @@ void Pool::Reconnect() {
     s->MarkCloseOnRelease();
   }
   CloseIdleServers("reconnect requested by admin");
+  // The servers behind the address may have changed (that is why one reconnects): new clients
+  // wait for the next login's parameters instead of hearing the old ones.
+  welcome_known_ = false;
 }
 
 bool Pool::HasServersToClose() const {

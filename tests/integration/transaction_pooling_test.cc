@@ -223,6 +223,49 @@ TEST_F(PoolingTest, ParametersAreReappliedWhenServerChanges) {
   EXPECT_EQ(std::string(PQparameterStatus(tokyo.get(), "TimeZone")), "Asia/Tokyo");
 }
 
+// New clients hear the startup values of the servers as they are now: every login refreshes
+// them, and RECONNECT makes the next client wait for a fresh login.
+TEST_F(PoolingTest, StartupParametersFollowTheServersLogins) {
+  pg().Exec("DROP DATABASE IF EXISTS paramtest");
+  pg().Exec("CREATE DATABASE paramtest");
+  PgfleetProcess fleet(
+      absl::StrCat("workers: 1\ndatabases:\n  paramtest: {host: 127.0.0.1, port: ", pg().port(),
+                   "}\npool:\n  pool_mode: transaction\n  default_pool_size: 2\n"
+                   "admin:\n  users: [postgres]\n"));
+  auto first = Connect(fleet.ConnString("postgres", "paramtest"));
+  ASSERT_TRUE(Ok(first)) << ErrorOf(first);
+  const std::string initial = PQparameterStatus(first.get(), "DateStyle");
+  ASSERT_TRUE(ResultOk(Exec(first, "BEGIN")));  // holds the pool's first server
+  pg().Exec("ALTER DATABASE paramtest SET DateStyle = 'SQL, DMY'");
+  // A second client needs a second server: its login sees the new default...
+  auto second = Connect(fleet.ConnString("postgres", "paramtest"));
+  ASSERT_TRUE(Ok(second)) << ErrorOf(second);
+  // ... and what it was told at its own welcome is what its session shows.
+  EXPECT_EQ(Value(second, "SHOW DateStyle"), PQparameterStatus(second.get(), "DateStyle"));
+  // Every client after that login is told the server's current value.
+  auto third = Connect(fleet.ConnString("postgres", "paramtest"));
+  ASSERT_TRUE(Ok(third)) << ErrorOf(third);
+  EXPECT_EQ(std::string(PQparameterStatus(third.get(), "DateStyle")), "SQL, DMY") << initial;
+  EXPECT_EQ(Value(third, "SHOW DateStyle"), "SQL, DMY");
+  ASSERT_TRUE(ResultOk(Exec(first, "COMMIT")));
+  // RECONNECT: the next client waits for a new login rather than hearing the old values.
+  pg().Exec("ALTER DATABASE paramtest SET DateStyle = 'German, DMY'");
+  auto admin = Connect(fleet.ConnString("postgres", "pgfleet"));
+  ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
+  ASSERT_TRUE(ResultOk(Exec(admin, "RECONNECT paramtest")));
+  auto fourth = Connect(fleet.ConnString("postgres", "paramtest"));
+  ASSERT_TRUE(Ok(fourth)) << ErrorOf(fourth);
+  EXPECT_EQ(std::string(PQparameterStatus(fourth.get(), "DateStyle")), "German, DMY");
+  EXPECT_EQ(Value(fourth, "SHOW DateStyle"), "German, DMY");
+  first.reset();
+  second.reset();
+  third.reset();
+  fourth.reset();
+  admin.reset();
+  fleet.Stop();
+  pg().Exec("DROP DATABASE IF EXISTS paramtest WITH (FORCE)");
+}
+
 TEST_F(PoolingTest, ReloadAppliesNewPoolSize) {
   PgfleetProcess fleet(PoolConfig("transaction", 1));
   fleet.RewriteConfig(PoolConfig("transaction", 3));
