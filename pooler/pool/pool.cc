@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/pool/pool_registry.h"
@@ -276,9 +277,29 @@ void Pool::LearnWelcome(const ServerConn* server) {
   server_defaults_ = server->params();
   if (welcome_known_) return;
   welcome_known_ = true;
+  WarnUnreportedTrackedParameters();
   while (ClientConn* client = clients_[ClientState::kWelcome].front()) {
     MoveClient(client, ClientState::kIdle);
     client->SendWelcome(welcome_params_, server_defaults_);
+  }
+}
+
+void Pool::WarnUnreportedTrackedParameters() const {
+  // A tracked parameter that this server never reports (search_path before PostgreSQL 18) is
+  // only known from clients' startup packets: a SET inside a session is not seen.
+  std::string_view version = "unknown";
+  for (const auto& [name, value] : welcome_params_) {
+    if (name == "server_version") version = value;
+  }
+  for (const auto& wanted : context_.config().pool.track_extra_parameters) {
+    const bool reported =
+        std::any_of(welcome_params_.begin(), welcome_params_.end(),
+                    [&](const auto& param) { return absl::EqualsIgnoreCase(param.first, wanted); });
+    if (reported) continue;
+    PGFLEET_LOG(kWarning, "tracked_parameter_not_reported", "db=", base::LogQuote(db_.name),
+                " parameter=", base::LogQuote(wanted), " server_version=", base::LogQuote(version),
+                " effect=\"pool.track_extra_parameters: a client's SET of it is not seen; only its "
+                "startup value is applied\"");
   }
 }
 

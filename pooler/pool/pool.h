@@ -183,7 +183,9 @@ class Pool {
   void PublishPodCounts();
   ServerConn* TakeIdleServer(absl::Time now);
   void FailWelcomeClients(std::span<const uint8_t> error);
-  // The first logged-in server (or one handed over) tells what new clients are welcomed with.
+  // Logs each track_extra_parameters name the first server's login did not report.
+  void WarnUnreportedTrackedParameters() const;
+  // Each logged-in server (or one handed over) tells what new clients are welcomed with.
   void LearnWelcome(const ServerConn* server);
   void ServeWelcomedClients();
   // No room for a server: a sibling's idle server of this pool, or, when the database's or the
