@@ -59,7 +59,8 @@ FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
       verdict.protocol_error = true;
       break;
     }
-    size_t skip = 0;  // leading bytes of this message replaced by a rewrite
+    size_t skip = 0;        // leading bytes of this message replaced by a rewrite
+    bool inserted = false;  // a rewrite sent bytes of pgfleet's own for this message
     if (settings_.track_prepared) {
       scratch_.mutable_bytes().clear();
       const Rewrite rewrite = RewritePrepared(piece, &skip, &verdict);
@@ -67,6 +68,7 @@ FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
       if (rewrite == Rewrite::kReplace && !scratch_.bytes().empty()) {
         const auto& bytes = scratch_.bytes();
         to_server.Insert({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+        inserted = true;
       }
     }
     switch (piece.header.type) {
@@ -83,22 +85,30 @@ FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
           if (rfq_owed_.empty()) query_started_at_ = now;
           rfq_owed_.push_back(piece.header.type);
         }
+        sent_.push_back(piece.header.type);
         if (settings_.track_prepared) PushPending(PendingKind::kSync, PendingAction::kForward);
         break;
       case 'E':
         if (settings_.track_prepared) PushPending(PendingKind::kExecute, PendingAction::kForward);
         client.unsynced = true;
+        sent_.push_back('E');
         break;
       case 'P':
       case 'B':
       case 'D':
       case 'C':
         client.unsynced = true;
+        // Only what reaches the server (pgfleet answers some Parse/Close itself).
+        if ((skip < piece.bytes.size() || inserted) &&
+            (sent_.empty() || sent_.back() != kSentOther)) {
+          sent_.push_back(kSentOther);
+        }
         break;
       case 'c':
       case 'f':
         verdict.copy_ended = verdict.copy_ended || client.in_copy_in;
         client.in_copy_in = false;
+        sent_.push_back(kSentCopyEnd);
         break;
       case 'X':
         verdict.kind = FrontendVerdict::Kind::kTerminate;
@@ -269,43 +279,84 @@ void Relay::UndoFailedPipeline() {
 }
 
 void Relay::OnCopyInResponse() {
-  // PostgreSQL ignores Sync in COPY FROM STDIN, so every Sync the client sent after the command
-  // that started this COPY gets no ReadyForQuery: drop them from what is owed. The command is in
-  // the oldest unanswered batch. A simple Query keeps its own answer; an extended-protocol COPY
-  // (libpq sends Parse/Bind/Execute/Sync before it knows the statement is a COPY) gets its answer
-  // with the client's first Sync (or Query) after the COPY ends: its batch's entry waits for it.
-  // Syncs sent during the COPY are never counted (FromClient). Entries other than Sync after the
-  // command would be protocol violations the server rejects; they are left alone.
-  if (rfq_owed_.empty()) return;  // the COPY's batch has no Sync yet: the next one is owed as usual
-  // With track_prepared each owed entry but kCopySync has a kSync in pending_, in the same order.
-  absl::InlinedVector<bool, 8> sync_dropped;
-  size_t kept = 0;
-  for (size_t i = 0; i < rfq_owed_.size(); ++i) {
-    const uint8_t type = rfq_owed_[i];
-    if (type == kCopySync) {
-      rfq_owed_[kept++] = type;
-      continue;
-    }
-    sync_dropped.push_back(type == 'S');
-    if (type != 'S') {
-      rfq_owed_[kept++] = type;
-    } else if (i == 0) {
-      rfq_owed_[kept++] = kCopySync;  // the COPY's own batch
-    }
+  // The COPY's command is the first Query or Execute the server has not finished (sent_). What
+  // the client sent after it decides what the COPY makes of it, as PostgreSQL reads it in COPY
+  // FROM STDIN mode (copyfromparse.c, CopyGetData): CopyData and Flush are taken, Sync is ignored
+  // "for the convenience of client libraries (such as libpq) that may send those without noticing
+  // that the command they just sent was COPY", and CopyDone/CopyFail end the COPY. So the Syncs
+  // right after the command (CopyData and Flush between them included) get no ReadyForQuery, and
+  // everything after the client's first other message is read outside the COPY: after its
+  // CopyDone/CopyFail, or after an error ended the COPY early (bad data; any other message type
+  // during COPY is a protocol violation that fails it: "unexpected message type 0x%02X during
+  // COPY from stdin"). A client that pipelined its CopyDone/CopyFail before this CopyInResponse
+  // came is not in COPY any more. Still unknowable here: a Sync after CopyData in that run is
+  // answered if that data already failed the COPY.
+  const auto command =
+      std::find_if(sent_.begin(), sent_.end(), [](uint8_t e) { return e == 'Q' || e == 'E'; });
+  if (command == sent_.end()) {
+    // Not the answer to anything the client sent (a confused server): assume COPY until the client
+    // ends it, and owe what was owed.
+    client_->in_copy_in = true;
+    return;
   }
-  rfq_owed_.resize(kept);
+  const bool extended = *command == 'E';
+  const auto run_begin = command + 1;
+  const auto run_end = std::find_if(run_begin, sent_.end(), [](uint8_t e) { return e != 'S'; });
+  client_->in_copy_in = std::find(run_end, sent_.end(), kSentCopyEnd) == sent_.end();
+  const size_t ignored = static_cast<size_t>(run_end - run_begin);
+  if (ignored == 0) return;  // nothing owed changes: later Syncs are answered as usual
+  // Owed entries (but kCopySync, which has no entry in sent_) follow sent_'s Q/S/F in order.
+  const size_t owed_before = static_cast<size_t>(std::count_if(
+      sent_.begin(), run_begin, [](uint8_t e) { return e == 'Q' || e == 'S' || e == 'F'; }));
+  const size_t owed_after = static_cast<size_t>(std::count_if(
+      run_end, sent_.end(), [](uint8_t e) { return e == 'Q' || e == 'S' || e == 'F'; }));
+  const bool had_copy_sync = !rfq_owed_.empty() && rfq_owed_.front() == kCopySync;
+  const size_t first = had_copy_sync ? 1 : 0;
+  if (rfq_owed_.size() != first + owed_before + ignored + owed_after) {
+    client_->in_copy_in = true;  // out of step (a confused server): leave what is owed alone
+    return;
+  }
+  // An extended-protocol COPY's batch gets its ReadyForQuery with the client's first Sync (or
+  // Query, FunctionCall) after the COPY; one already sent takes the batch's answer over.
+  const bool copy_sync = (had_copy_sync || extended) && owed_after == 0;
+  rfq_owed_.erase(rfq_owed_.begin() + static_cast<std::ptrdiff_t>(first + owed_before),
+                  rfq_owed_.begin() + static_cast<std::ptrdiff_t>(first + owed_before + ignored));
+  if (had_copy_sync && !copy_sync) {
+    rfq_owed_.pop_front();
+  } else if (!had_copy_sync && copy_sync) {
+    rfq_owed_.push_front(kCopySync);
+  }
+  sent_.erase(run_begin, run_end);
   if (!settings_.track_prepared) return;
+  // With track_prepared each owed entry but kCopySync has a kSync in pending_, in the same order.
   size_t sync = 0;
-  kept = 0;
+  size_t kept = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {
-    if (pending_[i].kind == PendingKind::kSync && sync < sync_dropped.size() &&
-        sync_dropped[sync++]) {
-      continue;
+    if (pending_[i].kind == PendingKind::kSync) {
+      const size_t index = sync++;
+      if (index >= owed_before && index < owed_before + ignored) continue;
     }
     if (kept != i) pending_[kept] = std::move(pending_[i]);
     ++kept;
   }
   pending_.resize(kept);
+}
+
+void Relay::OnServerProgress(uint8_t type) {
+  // The client's messages the server has now finished with leave sent_.
+  const auto is_owed = [](uint8_t e) { return e == 'Q' || e == 'S' || e == 'F'; };
+  if (type == 'Z') {
+    // kCopySync's answer was owed for a Sync that sent_ no longer holds.
+    if (rfq_owed_.empty() || rfq_owed_.front() == kCopySync) return;
+    const auto owed = std::find_if(sent_.begin(), sent_.end(), is_owed);
+    sent_.erase(sent_.begin(), owed == sent_.end() ? owed : owed + 1);
+    return;
+  }
+  // CommandComplete, EmptyQueryResponse, PortalSuspended: the end of an Execute, or of one of a
+  // simple Query's statements (that Query is finished by its ReadyForQuery).
+  const auto next =
+      std::find_if(sent_.begin(), sent_.end(), [&](uint8_t e) { return e == 'E' || is_owed(e); });
+  if (next != sent_.end() && *next == 'E') sent_.erase(sent_.begin(), next + 1);
 }
 
 bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayObserver& observer) {
@@ -328,6 +379,7 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
         --hidden_rfq_;
         return false;
       }
+      OnServerProgress(type);
       if (!rfq_owed_.empty()) rfq_owed_.pop_front();
       if (client_ != nullptr) observer.OnQueryAnswered();
       return client_ != nullptr && pass;
@@ -335,9 +387,13 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
     case 'S':
       TrackParameterStatus(body);
       return !hidden && client_ != nullptr;
+    case 'C':
+    case 'I':
+    case 's':
+      if (!hidden) OnServerProgress(type);
+      break;
     case 'G':
       if (client_ != nullptr && !hidden) {
-        client_->in_copy_in = true;
         OnCopyInResponse();
       }
       break;

@@ -179,6 +179,8 @@ class Relay {
   bool OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayObserver& observer);
   bool OnPendingResponse(uint8_t type, std::span<const uint8_t> body);
   void OnCopyInResponse();
+  // A ReadyForQuery, or the end of an Execute (or of a statement), from the server: trims sent_.
+  void OnServerProgress(uint8_t type);
   void UndoFailedPipeline();
   void TrackParameterStatus(std::span<const uint8_t> body);
   void EmitReadyAnswers(RelayOutput& to_client);
@@ -203,6 +205,15 @@ class Relay {
   // comes with the client's first Sync (or Query, FunctionCall) after the COPY, which takes this
   // entry over. Until then the COPY counts as a query in progress and holds the server.
   static constexpr uint8_t kCopySync = 'c';
+  // The client's messages the server has not finished with, oldest first, as far as a
+  // CopyInResponse needs them to tell which of them PostgreSQL reads inside that COPY (the client
+  // may pipeline past a COPY before it learns that it is one): 'Q', 'S', 'F' (those owed a
+  // ReadyForQuery, in rfq_owed_'s order but for kCopySync), 'E' (Execute), kSentCopyEnd (CopyDone,
+  // CopyFail) and kSentOther (any run of other extended-protocol messages sent on). CopyData and
+  // Flush are not kept, nor Syncs sent inside a COPY. Trimmed as the server finishes them.
+  std::deque<uint8_t> sent_;
+  static constexpr uint8_t kSentCopyEnd = 'c';
+  static constexpr uint8_t kSentOther = 'o';
   int hidden_rfq_ = 0;  // ReadyForQuery owed for pgfleet's own queries
   char tx_status_ = 'I';
   absl::Time query_started_at_;

@@ -736,7 +736,15 @@ class Harness {
         FUZZ_CHECK(body.size() == 1);
         tx_view_ = body[0];
       } else if (type == 'G') {
-        copy_in_view_ = true;
+        // In COPY FROM STDIN unless the client already ended it: a client may pipeline its
+        // CopyDone/CopyFail before the CopyInResponse comes. The model server knows whether a
+        // CopyDone/CopyFail came after the COPY's command; for an arbitrary server's (chaos) or
+        // once the model is out of step, the relay's reading is taken.
+        FUZZ_CHECK(!copy_ins_.empty());
+        const int ends_at_command = copy_ins_.front();
+        copy_ins_.pop_front();
+        copy_in_view_ = ends_at_command >= 0 && Trusted() ? copy_ends_received_ == ends_at_command
+                                                          : client_.in_copy_in;
       }
     });
   }
@@ -769,6 +777,7 @@ class Harness {
       discards = tag.starts_with("DISCARD ALL") || tag.starts_with("DEALLOCATE ALL");
     }
     if (discards && tag_ != Tag::kHidden) ++discards_in_flight_;
+    if (type == 'G') copy_ins_.push_back(tag_ == Tag::kClient ? copy_ends_received_ : -1);
     server_msgs_.push_back({server_generated_, server_generated_ + message.size(), type, tag_,
                             type == 'Z' ? message[5] : '\0', discards});
     server_generated_ += message.size();
@@ -944,6 +953,7 @@ class Harness {
 
   void ServerReceives(uint8_t type, std::string_view body) {
     protocol::Reader reader(Bytes(body));
+    if (type == 'c' || type == 'f') ++copy_ends_received_;
     if (copy_ != Copy::kNone) {
       switch (type) {
         case 'd':
@@ -1375,10 +1385,14 @@ class Harness {
   std::set<std::string> failed_parses_;  // Parse of a renamed statement refused or skipped
   // Close of a statement skipped, with the number of the ReadyForQuery that ended the skip.
   std::map<std::string, int> skipped_closes_;
-  int ready_emitted_ = 0;      // ReadyForQuery the model server sent (EmitReady)
-  int ready_taken_ = 0;        // ReadyForQuery the relay took
-  bool lost_message_ = false;  // the client broke the protocol and a message got no answer
-  int swallowed_syncs_ = 0;    // Syncs that reached the server during COPY FROM STDIN
+  int ready_emitted_ = 0;       // ReadyForQuery the model server sent (EmitReady)
+  int ready_taken_ = 0;         // ReadyForQuery the relay took
+  bool lost_message_ = false;   // the client broke the protocol and a message got no answer
+  int swallowed_syncs_ = 0;     // Syncs that reached the server during COPY FROM STDIN
+  int copy_ends_received_ = 0;  // CopyDone/CopyFail that reached the server, in COPY or not
+  // For each CopyInResponse sent and not yet delivered: copy_ends_received_ when the model server
+  // started that COPY, or -1 for one sent by chaos.
+  std::deque<int> copy_ins_;
 };
 
 }  // namespace

@@ -169,6 +169,64 @@ TEST(RelayTest, SyncAfterASimpleQueryCopyFromStdinIsIgnored) {
   }
 }
 
+// A client may pipeline past a COPY FROM STDIN before the CopyInResponse comes. Here it sends its
+// CopyDone too: PostgreSQL ignores the batch's Sync (copy-in mode), ends the COPY at the CopyDone
+// and reads what follows outside it, so the Query after it gets its ReadyForQuery, which also
+// answers the COPY's batch. The client is not in COPY when the CopyInResponse arrives: nothing
+// more is owed once the Query is answered.
+TEST(RelayTest, CopyDonePipelinedBeforeTheCopyInResponseEndsTheCopy) {
+  for (const bool track_prepared : {false, true}) {
+    SCOPED_TRACE(track_prepared ? "track_prepared" : "plain");
+    Link link(track_prepared);
+    link.FromClient(Parse("", "copy t from stdin") + Bind("") + Execute() + Sync() + CopyDone() +
+                    Query("select 1"));
+    link.FromServer(ParseComplete() + BindComplete() + CopyInResponse());
+    EXPECT_FALSE(link.client().in_copy_in) << "the client sent its CopyDone already";
+    link.FromServer(Complete("COPY 0"));
+    EXPECT_FALSE(link.relay().IsReleasable());
+    link.FromServer(Row("1") + Complete("SELECT 1") + Ready('I'));
+    EXPECT_FALSE(link.relay().query_in_progress());
+    EXPECT_TRUE(link.relay().IsReleasable());
+  }
+}
+
+// The same with a Sync after the CopyDone: the two Syncs get one ReadyForQuery.
+TEST(RelayTest, SyncAfterAPipelinedCopyDoneAnswersTheCopysBatch) {
+  for (const bool track_prepared : {false, true}) {
+    SCOPED_TRACE(track_prepared ? "track_prepared" : "plain");
+    Link link(track_prepared);
+    link.FromClient(Parse("", "copy t from stdin") + Bind("") + Execute() + Sync() +
+                    CopyData("1\n") + CopyDone() + Sync());
+    link.FromServer(ParseComplete() + BindComplete() + CopyInResponse());
+    EXPECT_FALSE(link.client().in_copy_in);
+    EXPECT_TRUE(link.relay().query_in_progress());
+    link.FromServer(Complete("COPY 1") + Ready('I'));
+    EXPECT_TRUE(link.relay().IsReleasable());
+  }
+}
+
+// A simple Query's COPY fails on the first CopyData the client pipelined; PostgreSQL answers the
+// Query (ErrorResponse, ReadyForQuery) and reads the batch after it outside the COPY: that batch's
+// Sync is owed a ReadyForQuery (only Syncs right after the COPY's command are read in copy-in
+// mode). The client, which has not ended its COPY, does that later (PostgreSQL drops the CopyDone).
+TEST(RelayTest, SyncsAfterAMessageThatCannotBeInsideTheCopyAreOwedTheirAnswer) {
+  for (const bool track_prepared : {false, true}) {
+    SCOPED_TRACE(track_prepared ? "track_prepared" : "plain");
+    Link link(track_prepared);
+    link.FromClient(Query("copy t from stdin") + CopyData("bad\n") + Parse("", "select 1") +
+                    Bind("") + Execute() + Sync());
+    link.FromServer(CopyInResponse());
+    EXPECT_TRUE(link.client().in_copy_in);
+    link.FromServer(Error("22P02") + Ready('I'));
+    EXPECT_TRUE(link.relay().query_in_progress()) << "the batch's Sync is still owed";
+    link.FromClient(CopyDone());
+    EXPECT_FALSE(link.relay().IsReleasable());
+    link.FromServer(ParseComplete() + BindComplete() + Row("1") + Complete("SELECT 1") +
+                    Ready('I'));
+    EXPECT_TRUE(link.relay().IsReleasable());
+  }
+}
+
 // COPY TO STDOUT ends by itself: the Syncs around it are answered as usual.
 TEST(RelayTest, ExtendedCopyToStdoutAnswersEverySync) {
   Link link(/*track_prepared=*/true);
