@@ -23,13 +23,8 @@ cmake -S . -B "$SANITIZE_BUILD_DIR" -G Ninja -DCMAKE_CXX_COMPILER="$SANITIZE_CXX
   -DPGFLEET_SANITIZE=ON -DPGFLEET_FUZZ=ON -DPGFLEET_BUILD_TESTS=ON -DPGFLEET_WERROR=ON >/dev/null
 ninja -C "$SANITIZE_BUILD_DIR" ${SANITIZE_JOBS:+-j "$SANITIZE_JOBS"}
 
-# Reports go to stderr (the harness writes a pgfleet's to its log and looks there). Options given
-# in the environment come last, so they win. No LeakSanitizer suppressions: nothing leaks at exit,
-# Debian's uninstrumented gRPC, protobuf and Abseil included.
-asan="detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1"
-asan+=":check_initialization_order=1"
-export ASAN_OPTIONS="$asan${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+# ASAN_OPTIONS and UBSAN_OPTIONS (shared with scripts/test-server-matrix.sh).
+source scripts/sanitizer-env.sh
 export PGFLEET_BIN="$PWD/$SANITIZE_BUILD_DIR/cmd/pgfleet/pgfleet"
 export PGFLEET_CONTROLLER_BIN="$PWD/$SANITIZE_BUILD_DIR/cmd/pgfleet-controller/pgfleet-controller"
 # Unit tests two at a time; the integration test is RUN_SERIAL (tests/integration/CMakeLists.txt).

@@ -4,7 +4,10 @@
 # builds with g++ and warnings as errors (build-test: unit tests, then real drivers, the pgbench
 # soak and the Helm/manifest checks against that pgfleet), builds again with clang, ASan and UBSan
 # (build-asan: unit tests, and integration tests against a real PostgreSQL that the harness starts
-# itself), and runs each libFuzzer target of that build for a bounded time.
+# itself), and runs each libFuzzer target of that build for a bounded time. The server matrix
+# (scripts/test-server-matrix.sh) runs a smoke subset of the integration tests against
+# PostgreSQL 16, 17 and 18 too, and tests/drivers/test_libpq18.py runs libpq 18 (protocol 3.2,
+# direct TLS) through pgfleet; scripts/install-test-servers.sh installs both toolchains.
 #
 #   scripts/test.sh            # everything
 #   SKIP_INSTALL=1 scripts/test.sh
@@ -20,6 +23,8 @@ if [[ "${SKIP_INSTALL:-0}" != 1 ]]; then
   else
     echo "test.sh: not root, skipping dependency installation" >&2
   fi
+  # PostgreSQL 16-18 (npm) and the psycopg 3.3 + libpq 18 venv; skips what is there already.
+  scripts/install-test-servers.sh
 fi
 
 failed=0
@@ -50,12 +55,30 @@ fi
 
 # Real drivers (psycopg 3, asyncpg, psycopg2, pgjdbc) through pgfleet in transaction mode, with
 # server-side prepared statements. Debian's python3: the drivers and pytest are Debian packages.
-timeout -k 30 300 /usr/bin/python3 -m pytest -q tests/drivers || failed=1
+timeout -k 30 300 /usr/bin/python3 -m pytest -q tests/drivers \
+  --ignore=tests/drivers/test_libpq18.py || failed=1
+# libpq 18 (protocol 3.2, 32-byte cancel keys, sslnegotiation=direct) through pgfleet, and
+# straight to PostgreSQL 18 and 16, with the venv of scripts/install-test-servers.sh.
+libpq18_python=$(scripts/install-test-servers.sh --print | sed -n 's/^LIBPQ18_PYTHON=//p')
+if [[ -x "$libpq18_python" ]]; then
+  timeout -k 30 300 "$libpq18_python" -m pytest -q tests/drivers/test_libpq18.py || failed=1
+else
+  echo "test.sh: no libpq 18 venv at $libpq18_python (run scripts/install-test-servers.sh)" >&2
+  failed=1
+fi
 
 # Everything again under ASan (with LeakSanitizer) and UBSan, clang, in build-asan: unit and
 # integration tests; any sanitizer report in a test, or in a pgfleet it started, fails it.
 if [[ "${SKIP_SANITIZE:-0}" != 1 ]]; then
   scripts/test-sanitizers.sh || failed=1
+fi
+
+# The server matrix: the integration tests' smoke subset against PostgreSQL 16, 17 and 18 (the
+# whole suite ran against Debian's 15 above), with the binaries of whichever build ran them.
+if [[ "${SKIP_SANITIZE:-0}" == 1 ]]; then
+  scripts/test-server-matrix.sh "$BUILD_DIR" || failed=1
+else
+  scripts/test-server-matrix.sh "${SANITIZE_BUILD_DIR:-build-asan}" || failed=1
 fi
 
 # libFuzzer targets (clang, ASan+UBSan, from build-asan) over their seed corpora; a crash fails

@@ -141,9 +141,11 @@ def _as_postgres_kwargs():
 
 
 class PgCluster:
-    def __init__(self, base):
-        self.bindir = pg_bindir()
-        self.dir = Path(base) / "pg"
+    """bindir: initdb and postgres (default pg_bindir()); name: its directory under base."""
+
+    def __init__(self, base, bindir=None, name="pg"):
+        self.bindir = Path(bindir) if bindir is not None else pg_bindir()
+        self.dir = Path(base) / name
         self.dir.mkdir()
         self.data = self.dir / "data"
         self.port = free_port()
@@ -188,12 +190,23 @@ class PgCluster:
             if not self.proc.alive():
                 pytest.fail("PostgreSQL exited at start:\n" + self.log_path.read_text()[-3000:])
             ready = subprocess.run(
-                [str(self.bindir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p",
+                [self.pg_isready(), "-q", "-h", "127.0.0.1", "-p",
                  str(self.port), "-U", "postgres"], timeout=10)
             if ready.returncode == 0:
                 return
             time.sleep(0.1)
         pytest.fail("PostgreSQL did not become ready in 60 s")
+
+    def pg_isready(self):
+        """The bindir's pg_isready, else the client's (the npm server packages of
+        scripts/install-test-servers.sh ship initdb, pg_ctl and postgres only)."""
+        own = self.bindir / "pg_isready"
+        if own.exists():
+            return str(own)
+        found = shutil.which("pg_isready")
+        if found is None:
+            pytest.fail(f"no pg_isready in {self.bindir} or on PATH (postgresql-client)")
+        return found
 
     def stop(self):
         if self.proc is not None:

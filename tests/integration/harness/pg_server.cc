@@ -24,9 +24,20 @@
 namespace pgfleet::testing {
 namespace {
 
+// PG_BINDIR: a directory holding initdb, pg_ctl and postgres (such as a major of the server
+// matrix from scripts/install-test-servers.sh, whose binaries find their lib/ and share/ next to
+// bin/ by themselves); by default Debian's newest /usr/lib/postgresql/<major>/bin.
 std::string FindBindir() {
-  if (const char* env = std::getenv("PG_BINDIR")) return env;
-  for (int version : {17, 16, 15}) {
+  if (const char* env = std::getenv("PG_BINDIR"); env != nullptr && *env != '\0') {
+    for (const char* tool : {"initdb", "pg_ctl", "postgres"}) {
+      if (access(absl::StrCat(env, "/", tool).c_str(), X_OK) != 0) {
+        std::fprintf(stderr, "test harness: PG_BINDIR=%s has no executable %s\n", env, tool);
+        std::abort();
+      }
+    }
+    return env;
+  }
+  for (int version : {18, 17, 16, 15}) {
     std::string dir = absl::StrCat("/usr/lib/postgresql/", version, "/bin");
     if (access((dir + "/postgres").c_str(), X_OK) == 0) return dir;
   }
@@ -104,6 +115,18 @@ PgServer& PgServer::Shared() {
 PgServer::PgServer() : bindir_(FindBindir()), port_(FreePort()), shared_(true) {
   Init();
   Start();
+  // Which server this run tests (the server matrix of scripts/test.sh runs the binary once per
+  // major); PG_EXPECT_MAJOR, when set, must be its major.
+  const std::string version = QueryValue("SELECT version()");
+  const int major = std::stoi(QueryValue("SHOW server_version_num")) / 10000;
+  std::fprintf(stderr, "test harness: %s (from %s)\n", version.c_str(), bindir_.c_str());
+  if (const char* want = std::getenv("PG_EXPECT_MAJOR"); want != nullptr && *want != '\0') {
+    if (std::to_string(major) != want) {
+      Stop();  // Die() aborts: no atexit handler would stop it
+      RunCommand(absl::StrCat("rm -rf '", dir_, "'"));
+      Die(absl::StrCat("PG_EXPECT_MAJOR=", want, " but the server is ", version));
+    }
+  }
   std::atexit([] {
     PgServer& server = PgServer::Shared();
     server.Stop();

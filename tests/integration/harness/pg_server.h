@@ -1,5 +1,7 @@
 // A real PostgreSQL server for integration tests: initdb in a temporary directory, loopback only,
-// a free port, run as the unprivileged `postgres` account when the tests run as root.
+// a free port, run as the unprivileged `postgres` account when the tests run as root. The binaries
+// come from PG_BINDIR (default: Debian's newest /usr/lib/postgresql/<major>/bin); the shared
+// server logs its version() once, and PG_EXPECT_MAJOR, when set, must be its major.
 #pragma once
 
 #include <string>
