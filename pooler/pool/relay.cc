@@ -2,6 +2,7 @@
 #include "pooler/pool/relay.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/algorithm/container.h"
@@ -75,9 +76,17 @@ FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
       case 'Q':
       case 'S':
       case 'F':
+        if (piece.header.type == 'S' && client.in_copy_in) {
+          // Inside COPY FROM STDIN a Sync is not sent on: while the COPY runs PostgreSQL ignores
+          // it anyway, so the client sees no difference; a client cannot rely on an answer to it,
+          // as PostgreSQL answers it only if the COPY already failed (bad data ends the COPY at
+          // once), which the client cannot know when it sends it; and the answers owed stay
+          // exact, where a Sync sent on would be answered or not as that race went. It does not
+          // close the client's extended messages either: PostgreSQL never read it.
+          skip = piece.bytes.size();
+          break;
+        }
         client.unsynced = false;
-        // PostgreSQL ignores a Sync in COPY FROM STDIN: nothing is owed for it.
-        if (piece.header.type == 'S' && client.in_copy_in) break;
         if (!client.in_copy_in && !rfq_owed_.empty() && rfq_owed_.back() == kCopySync) {
           // The first after an extended-protocol COPY: the answer owed for the COPY's batch.
           rfq_owed_.back() = piece.header.type;
@@ -102,6 +111,13 @@ FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
         if ((skip < piece.bytes.size() || inserted) &&
             (sent_.empty() || sent_.back() != kSentOther)) {
           sent_.push_back(kSentOther);
+        }
+        break;
+      case 'd':
+        // CopyData the server may read as a COPY's before the relay knows it is one (no
+        // CopyInResponse yet): a Sync after it may be answered (OnCopyInResponse).
+        if (!client.in_copy_in && (sent_.empty() || sent_.back() != kSentCopyData)) {
+          sent_.push_back(kSentCopyData);
         }
         break;
       case 'c':
@@ -284,13 +300,15 @@ void Relay::OnCopyInResponse() {
   // FROM STDIN mode (copyfromparse.c, CopyGetData): CopyData and Flush are taken, Sync is ignored
   // "for the convenience of client libraries (such as libpq) that may send those without noticing
   // that the command they just sent was COPY", and CopyDone/CopyFail end the COPY. So the Syncs
-  // right after the command (CopyData and Flush between them included) get no ReadyForQuery, and
-  // everything after the client's first other message is read outside the COPY: after its
-  // CopyDone/CopyFail, or after an error ended the COPY early (bad data; any other message type
-  // during COPY is a protocol violation that fails it: "unexpected message type 0x%02X during
-  // COPY from stdin"). A client that pipelined its CopyDone/CopyFail before this CopyInResponse
-  // came is not in COPY any more. Still unknowable here: a Sync after CopyData in that run is
-  // answered if that data already failed the COPY.
+  // right after the command (Flush between them included) get no ReadyForQuery, and everything
+  // after the client's first other message is read outside the COPY: after its CopyDone/CopyFail,
+  // or after an error ended the COPY early (bad data; any other message type during COPY is a
+  // protocol violation that fails it: "unexpected message type 0x%02X during COPY from stdin").
+  // A client that pipelined its CopyDone/CopyFail before this CopyInResponse came is not in COPY
+  // any more. A Sync after CopyData in that run is answered only if that data already failed the
+  // COPY: such Syncs stay owed (kMaybeSync) until the COPY's end tells (ResolveMaybeSyncs). From
+  // now on the relay keeps the client's Syncs in the COPY from the server (FromClient).
+  if (maybe_syncs_) ResolveMaybeSyncs(/*copy_failed=*/true);  // a confused server
   const auto command =
       std::find_if(sent_.begin(), sent_.end(), [](uint8_t e) { return e == 'Q' || e == 'E'; });
   if (command == sent_.end()) {
@@ -301,32 +319,42 @@ void Relay::OnCopyInResponse() {
   }
   const bool extended = *command == 'E';
   const auto run_begin = command + 1;
-  const auto run_end = std::find_if(run_begin, sent_.end(), [](uint8_t e) { return e != 'S'; });
+  const auto run_end = std::find_if(run_begin, sent_.end(),
+                                    [](uint8_t e) { return e != 'S' && e != kSentCopyData; });
   client_->in_copy_in = std::find(run_end, sent_.end(), kSentCopyEnd) == sent_.end();
-  const size_t ignored = static_cast<size_t>(run_end - run_begin);
-  if (ignored == 0) return;  // nothing owed changes: later Syncs are answered as usual
+  const auto first_data = std::find(run_begin, run_end, kSentCopyData);
+  const size_t ignored = static_cast<size_t>(first_data - run_begin);  // all Syncs
+  const size_t maybe = static_cast<size_t>(std::count(first_data, run_end, 'S'));
+  if (ignored == 0 && maybe == 0) return;  // nothing owed changes: later Syncs are answered
   // Owed entries (but kCopySync, which has no entry in sent_) follow sent_'s Q/S/F in order.
-  const size_t owed_before = static_cast<size_t>(std::count_if(
-      sent_.begin(), run_begin, [](uint8_t e) { return e == 'Q' || e == 'S' || e == 'F'; }));
-  const size_t owed_after = static_cast<size_t>(std::count_if(
-      run_end, sent_.end(), [](uint8_t e) { return e == 'Q' || e == 'S' || e == 'F'; }));
+  const size_t owed_before =
+      static_cast<size_t>(std::count_if(sent_.begin(), run_begin, IsOwedEntry));
+  const size_t owed_after = static_cast<size_t>(std::count_if(run_end, sent_.end(), IsOwedEntry));
   const bool had_copy_sync = !rfq_owed_.empty() && rfq_owed_.front() == kCopySync;
   const size_t first = had_copy_sync ? 1 : 0;
-  if (rfq_owed_.size() != first + owed_before + ignored + owed_after) {
+  if (rfq_owed_.size() != first + owed_before + ignored + maybe + owed_after) {
     client_->in_copy_in = true;  // out of step (a confused server): leave what is owed alone
     return;
   }
   // An extended-protocol COPY's batch gets its ReadyForQuery with the client's first Sync (or
-  // Query, FunctionCall) after the COPY; one already sent takes the batch's answer over.
-  const bool copy_sync = (had_copy_sync || extended) && owed_after == 0;
-  rfq_owed_.erase(rfq_owed_.begin() + static_cast<std::ptrdiff_t>(first + owed_before),
-                  rfq_owed_.begin() + static_cast<std::ptrdiff_t>(first + owed_before + ignored));
+  // Query, FunctionCall) after the COPY; one already sent takes the batch's answer over, and so
+  // does a Sync that may be answered, if it is.
+  const bool copy_sync = (had_copy_sync || extended) && owed_after == 0 && maybe == 0;
+  const auto ignored_begin = rfq_owed_.begin() + static_cast<std::ptrdiff_t>(first + owed_before);
+  std::fill(ignored_begin + static_cast<std::ptrdiff_t>(ignored),
+            ignored_begin + static_cast<std::ptrdiff_t>(ignored + maybe), kMaybeSync);
+  rfq_owed_.erase(ignored_begin, ignored_begin + static_cast<std::ptrdiff_t>(ignored));
   if (had_copy_sync && !copy_sync) {
     rfq_owed_.pop_front();
   } else if (!had_copy_sync && copy_sync) {
     rfq_owed_.push_front(kCopySync);
   }
-  sent_.erase(run_begin, run_end);
+  if (maybe > 0) {
+    maybe_syncs_ = true;
+    maybe_copy_sync_ = (had_copy_sync || extended) && owed_after == 0;
+    std::replace(first_data, run_end, uint8_t{'S'}, kSentMaybeSync);
+  }
+  sent_.erase(run_begin, first_data);
   if (!settings_.track_prepared) return;
   // With track_prepared each owed entry but kCopySync has a kSync in pending_, in the same order.
   size_t sync = 0;
@@ -342,9 +370,53 @@ void Relay::OnCopyInResponse() {
   pending_.resize(kept);
 }
 
+void Relay::ResolveMaybeSyncs(bool copy_failed) {
+  maybe_syncs_ = false;
+  if (copy_failed) {
+    // Whether the data before each of them had failed the COPY already cannot be told: they stay
+    // owed. One that PostgreSQL ignored holds the server until it is closed; never released with
+    // an answer still to come.
+    std::replace(rfq_owed_.begin(), rfq_owed_.end(), kMaybeSync, uint8_t{'S'});
+    std::replace(sent_.begin(), sent_.end(), kSentMaybeSync, uint8_t{'S'});
+    return;
+  }
+  // The COPY ended without an error: PostgreSQL read them all inside it and ignored them.
+  absl::InlinedVector<size_t, 4> dropped;  // their indexes among the kSyncs in pending_
+  size_t index = 0;
+  size_t kept = 0;
+  std::optional<size_t> at;  // where the first of them was
+  for (size_t i = 0; i < rfq_owed_.size(); ++i) {
+    const uint8_t e = rfq_owed_[i];
+    if (e == kCopySync) {
+      rfq_owed_[kept++] = e;
+      continue;
+    }
+    if (e == kMaybeSync) {
+      dropped.push_back(index++);
+      if (!at) at = kept;
+      continue;
+    }
+    ++index;
+    rfq_owed_[kept++] = e;
+  }
+  rfq_owed_.resize(kept);
+  // An extended COPY's batch answer comes with the first Sync (or Query, FunctionCall) after it.
+  if (maybe_copy_sync_ && at && *at == rfq_owed_.size()) rfq_owed_.push_back(kCopySync);
+  sent_.erase(std::remove(sent_.begin(), sent_.end(), kSentMaybeSync), sent_.end());
+  if (!settings_.track_prepared) return;
+  size_t sync = 0;
+  kept = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (pending_[i].kind == PendingKind::kSync && absl::c_linear_search(dropped, sync++)) continue;
+    if (kept != i) pending_[kept] = std::move(pending_[i]);
+    ++kept;
+  }
+  pending_.resize(kept);
+}
+
 void Relay::OnServerProgress(uint8_t type) {
   // The client's messages the server has now finished with leave sent_.
-  const auto is_owed = [](uint8_t e) { return e == 'Q' || e == 'S' || e == 'F'; };
+  const auto is_owed = IsOwedEntry;
   if (type == 'Z') {
     // kCopySync's answer was owed for a Sync that sent_ no longer holds.
     if (rfq_owed_.empty() || rfq_owed_.front() == kCopySync) return;
@@ -379,6 +451,7 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
         --hidden_rfq_;
         return false;
       }
+      if (maybe_syncs_) ResolveMaybeSyncs(/*copy_failed=*/true);  // a confused server
       OnServerProgress(type);
       if (!rfq_owed_.empty()) rfq_owed_.pop_front();
       if (client_ != nullptr) observer.OnQueryAnswered();
@@ -390,7 +463,11 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
     case 'C':
     case 'I':
     case 's':
-      if (!hidden) OnServerProgress(type);
+      if (!hidden) {
+        // The first end of a statement after a CopyInResponse is the COPY's: it succeeded.
+        if (maybe_syncs_) ResolveMaybeSyncs(/*copy_failed=*/false);
+        OnServerProgress(type);
+      }
       break;
     case 'G':
       if (client_ != nullptr && !hidden) {
@@ -404,6 +481,7 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
         return false;
       }
       observer.OnServerError(fields.ok() ? fields->sqlstate : std::string_view());
+      if (maybe_syncs_) ResolveMaybeSyncs(/*copy_failed=*/true);
       break;
     }
     default:

@@ -179,6 +179,9 @@ class Relay {
   bool OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayObserver& observer);
   bool OnPendingResponse(uint8_t type, std::span<const uint8_t> body);
   void OnCopyInResponse();
+  // The end of a COPY whose CopyInResponse left Syncs that may be answered (kMaybeSync): an error
+  // (they stay owed) or a CommandComplete (PostgreSQL ignored them).
+  void ResolveMaybeSyncs(bool copy_failed);
   // A ReadyForQuery, or the end of an Execute (or of a statement), from the server: trims sent_.
   void OnServerProgress(uint8_t type);
   void UndoFailedPipeline();
@@ -205,16 +208,26 @@ class Relay {
   // comes with the client's first Sync (or Query, FunctionCall) after the COPY, which takes this
   // entry over. Until then the COPY counts as a query in progress and holds the server.
   static constexpr uint8_t kCopySync = 'c';
+  // A Sync the client sent after CopyData before the CopyInResponse came: PostgreSQL answers it
+  // only if that data already failed the COPY. Owed until the COPY's end tells (maybe_syncs_).
+  static constexpr uint8_t kMaybeSync = 'm';
+  static bool IsOwedEntry(uint8_t e) { return e == 'Q' || e == 'S' || e == 'F' || e == 'm'; }
   // The client's messages the server has not finished with, oldest first, as far as a
   // CopyInResponse needs them to tell which of them PostgreSQL reads inside that COPY (the client
   // may pipeline past a COPY before it learns that it is one): 'Q', 'S', 'F' (those owed a
-  // ReadyForQuery, in rfq_owed_'s order but for kCopySync), 'E' (Execute), kSentCopyEnd (CopyDone,
-  // CopyFail) and kSentOther (any run of other extended-protocol messages sent on). CopyData and
-  // Flush are not kept, nor Syncs sent inside a COPY. Trimmed as the server finishes them.
+  // ReadyForQuery, in rfq_owed_'s order but for kCopySync, and kSentMaybeSync for kMaybeSync),
+  // 'E' (Execute), kSentCopyEnd (CopyDone, CopyFail), kSentCopyData (any run of CopyData sent
+  // outside a COPY the relay knows of) and kSentOther (any run of other extended-protocol
+  // messages sent on). Flush is not kept; Syncs inside a COPY are not sent on. Trimmed as the
+  // server finishes them.
   std::deque<uint8_t> sent_;
   static constexpr uint8_t kSentCopyEnd = 'c';
   static constexpr uint8_t kSentOther = 'o';
-  int hidden_rfq_ = 0;  // ReadyForQuery owed for pgfleet's own queries
+  static constexpr uint8_t kSentCopyData = 'd';
+  static constexpr uint8_t kSentMaybeSync = 'm';
+  bool maybe_syncs_ = false;      // kMaybeSync entries wait for their COPY's end
+  bool maybe_copy_sync_ = false;  // that COPY's batch answer goes to them or the next (kCopySync)
+  int hidden_rfq_ = 0;            // ReadyForQuery owed for pgfleet's own queries
   char tx_status_ = 'I';
   absl::Time query_started_at_;
   protocol::StreamDecoder backend_;

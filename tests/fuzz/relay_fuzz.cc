@@ -28,7 +28,8 @@
 //    message boundary is consumed entirely and leaves both outputs at a boundary;
 //  - what passes: a server message is passed whole or not at all; hidden queries' answers never
 //    reach the client and the client's always do (only pgfleet's own ParseComplete/CloseComplete
-//    may be hidden); without track_prepared the client's stream reaches the server unchanged;
+//    may be hidden); without track_prepared the client's stream reaches the server unchanged but
+//    for the Syncs the relay keeps back inside COPY FROM STDIN;
 //  - answers: the client never gets more ParseComplete/BindComplete/CloseComplete than it sent
 //    Parse/Bind/Close (model mode);
 //  - prepared statements: the server never gets a Bind/Describe of a pgfleet_ statement it lacks
@@ -636,8 +637,9 @@ class Harness {
     if (!answers.bytes().empty()) CheckStandIns(answers.bytes());
     DeliverToClient(answers.bytes());
     if (!settings_.track_prepared) {
-      // Nothing to rename: the server gets exactly what the relay took.
-      FUZZ_CHECK(to_server.out() == std::string_view(client_in_).substr(0, verdict.consumed));
+      // Nothing to rename: the server gets exactly what the relay took, but for the Syncs it
+      // keeps back inside COPY FROM STDIN.
+      FUZZ_CHECK(to_server.out() == ExpectedToServer(verdict.consumed));
     }
     client_in_.erase(0, verdict.consumed);
     client_consumed_ += verdict.consumed;
@@ -674,6 +676,29 @@ class Harness {
     }
   }
 
+  // The first `consumed` bytes of client_in_ less the Syncs the relay keeps from the server: those
+  // it acts on while the client is in COPY FROM STDIN (after the CopyInResponse, before its
+  // CopyDone/CopyFail).
+  std::string ExpectedToServer(size_t consumed) const {
+    const uint64_t begin = client_consumed_;
+    const uint64_t end = client_consumed_ + consumed;
+    bool in_copy = copy_in_view_;
+    std::string out;
+    uint64_t at = begin;
+    for (const auto& m : client_msgs_) {
+      if (m.seen || m.end <= begin) continue;
+      if (m.start >= end) break;
+      if (m.type == 'c' || m.type == 'f') in_copy = false;
+      if (m.type == 'S' && in_copy) {
+        FUZZ_CHECK(m.end <= end);
+        out.append(client_in_, at - begin, m.start - at);
+        at = m.end;
+      }
+    }
+    out.append(client_in_, at - begin, end - at);
+    return out;
+  }
+
   // What the relay has now acted on, in the order it did.
   void AdvanceClient() {
     for (auto& m : client_msgs_) {
@@ -681,9 +706,20 @@ class Harness {
       if (m.seen) continue;
       m.seen = true;
       if (m.type == 'P' || m.type == 'B' || m.type == 'C') ++asked_[m.type];
+      // Only COPY messages (and Sync, Flush) belong inside COPY FROM STDIN; PostgreSQL fails the
+      // COPY at any other, or reads it after the COPY failed, skipping to a Sync the relay keeps
+      // back. The model's accounts no longer hold.
+      if (copy_in_view_ &&
+          std::string_view("dcfHS").find(static_cast<char>(m.type)) == std::string_view::npos) {
+        lost_message_ = true;
+      }
       switch (m.type) {
-        case 'Q':
         case 'S':
+          if (copy_in_view_) break;  // kept from the server: nothing owed, nothing closed
+          ++answers_owed_;
+          unsynced_ = false;
+          break;
+        case 'Q':
           ++answers_owed_;
           unsynced_ = false;
           break;
@@ -851,6 +887,8 @@ class Harness {
         Emit(Typed('G', std::string("\0\0\0", 3)));
         copy_ = simple ? Copy::kSimple : Copy::kExtended;
         copy_rows_ = 0;
+        copy_data_seen_ = false;
+        maybe_swallowed_ = 0;
         return true;
       case QueryKind::kCopyOut: {
         Emit(Typed('H', std::string("\0\0\0", 3)));
@@ -905,6 +943,8 @@ class Harness {
   void EndCopy(bool failed) {
     const Copy was = copy_;
     copy_ = Copy::kNone;
+    // The relay keeps such Syncs owed: it never releases this server.
+    if (failed && maybe_swallowed_ > 0) unknowable_sync_ = true;
     if (was == Copy::kSimple) {
       EmitReady();
     } else if (failed) {
@@ -958,6 +998,7 @@ class Harness {
       switch (type) {
         case 'd':
           ++copy_rows_;
+          copy_data_seen_ = true;
           if (fdp_.ConsumeIntegralInRange<int>(0, 7) == 0) {
             EmitError("22P02");  // bad data: PostgreSQL ends the COPY itself
             EndCopy(true);
@@ -978,6 +1019,9 @@ class Harness {
           // of client libraries (such as libpq) that may send those without noticing that the
           // command they just sent was COPY"): it gets no ReadyForQuery.
           ++swallowed_syncs_;
+          // Sent on before the relay knew of the COPY (it keeps later ones back): after CopyData,
+          // the relay cannot tell whether it is ignored if the COPY then fails.
+          if (copy_data_seen_) ++maybe_swallowed_;
           return;
         default:
           // Anything else is a protocol violation that ends the COPY, and the message is lost.
@@ -1310,7 +1354,8 @@ class Harness {
       if (rejected_ || !client_out_.empty() || !server_out_.empty()) continue;
       if (copy_in_view_) {
         AppendClient(Typed('c', ""));
-      } else if (gen_unsynced_) {
+      } else if (gen_unsynced_ || unsynced_) {
+        // (unsynced_ alone: the client's Sync was kept back inside COPY FROM STDIN.)
         AppendClient(Build([](auto& s) { protocol::BuildSync(s); }));
       } else if (tx_view_ != 'I') {
         AppendClient(Build([](auto& s) { protocol::BuildQuery(s, "rollback"); }));
@@ -1323,7 +1368,10 @@ class Harness {
         break;
       }
     }
-    if (rejected_ || !Trusted()) return;
+    // A Sync sent on after CopyData before the CopyInResponse, in a COPY that then failed: whether
+    // PostgreSQL answered it cannot be known, and the relay keeps the server rather than release it
+    // early.
+    if (rejected_ || !Trusted() || unknowable_sync_) return;
     FUZZ_CHECK(client_out_.empty() && client_in_.empty() && server_out_.empty() &&
                server_in_.empty());
     FUZZ_CHECK(!copy_in_view_ && !gen_unsynced_ && tx_view_ == 'I');
@@ -1385,11 +1433,14 @@ class Harness {
   std::set<std::string> failed_parses_;  // Parse of a renamed statement refused or skipped
   // Close of a statement skipped, with the number of the ReadyForQuery that ended the skip.
   std::map<std::string, int> skipped_closes_;
-  int ready_emitted_ = 0;       // ReadyForQuery the model server sent (EmitReady)
-  int ready_taken_ = 0;         // ReadyForQuery the relay took
-  bool lost_message_ = false;   // the client broke the protocol and a message got no answer
-  int swallowed_syncs_ = 0;     // Syncs that reached the server during COPY FROM STDIN
-  int copy_ends_received_ = 0;  // CopyDone/CopyFail that reached the server, in COPY or not
+  int ready_emitted_ = 0;         // ReadyForQuery the model server sent (EmitReady)
+  int ready_taken_ = 0;           // ReadyForQuery the relay took
+  bool lost_message_ = false;     // the client broke the protocol and a message got no answer
+  int swallowed_syncs_ = 0;       // Syncs that reached the server during COPY FROM STDIN
+  bool copy_data_seen_ = false;   // the current COPY FROM STDIN got CopyData
+  int maybe_swallowed_ = 0;       // Syncs it swallowed after CopyData
+  bool unknowable_sync_ = false;  // one of those, and then the COPY failed
+  int copy_ends_received_ = 0;    // CopyDone/CopyFail that reached the server, in COPY or not
   // For each CopyInResponse sent and not yet delivered: copy_ends_received_ when the model server
   // started that COPY, or -1 for one sent by chaos.
   std::deque<int> copy_ins_;

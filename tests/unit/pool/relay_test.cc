@@ -227,6 +227,89 @@ TEST(RelayTest, SyncsAfterAMessageThatCannotBeInsideTheCopyAreOwedTheirAnswer) {
   }
 }
 
+// A Sync the client sends inside COPY FROM STDIN never reaches the server: PostgreSQL would ignore
+// it while the COPY runs, and answer it only if the COPY had already failed.
+TEST(RelayTest, SyncInsideASimpleCopyIsKeptFromTheServer) {
+  for (const bool track_prepared : {false, true}) {
+    SCOPED_TRACE(track_prepared ? "track_prepared" : "plain");
+    Link link(track_prepared);
+    link.FromClient(Query("copy t from stdin"));
+    link.FromServer(CopyInResponse());
+    EXPECT_EQ(link.FromClient(CopyData("1\n") + Sync() + CopyData("2\n")),
+              CopyData("1\n") + CopyData("2\n"));
+    EXPECT_TRUE(link.client().in_copy_in);
+    EXPECT_EQ(link.FromClient(CopyDone()), CopyDone());
+    EXPECT_FALSE(link.relay().IsReleasable());
+    link.FromServer(Complete("COPY 2"));
+    EXPECT_FALSE(link.relay().IsReleasable());
+    EXPECT_EQ(link.FromServer(Ready('I')), Ready('I'));
+    EXPECT_TRUE(link.relay().IsReleasable());
+  }
+}
+
+// Bad data fails the COPY at once (ErrorResponse, ReadyForQuery); PostgreSQL would answer a Sync
+// that came after it. Kept from the server, it is owed nothing: the Query's ReadyForQuery releases
+// the server, and nothing comes after it.
+TEST(RelayTest, SyncAfterBadDataInASimpleCopyIsKeptFromTheServer) {
+  for (const bool track_prepared : {false, true}) {
+    SCOPED_TRACE(track_prepared ? "track_prepared" : "plain");
+    Link link(track_prepared);
+    link.FromClient(Query("copy t from stdin"));
+    link.FromServer(CopyInResponse());
+    EXPECT_EQ(link.FromClient(CopyData("bad\n") + Sync() + CopyDone()),
+              CopyData("bad\n") + CopyDone());
+    EXPECT_EQ(link.FromServer(Error("22P02")), Error("22P02"));
+    EXPECT_FALSE(link.relay().IsReleasable());
+    EXPECT_EQ(link.FromServer(Ready('I')), Ready('I'));
+    EXPECT_TRUE(link.relay().IsReleasable());
+    EXPECT_FALSE(link.relay().query_in_progress());
+  }
+}
+
+// libpq's extended COPY with a Sync inside it: kept from the server; the Sync after the CopyDone
+// brings the batch's ReadyForQuery.
+TEST(RelayTest, SyncInsideAnExtendedCopyIsKeptAndTheOneAfterItAnswersTheBatch) {
+  for (const bool track_prepared : {false, true}) {
+    SCOPED_TRACE(track_prepared ? "track_prepared" : "plain");
+    Link link(track_prepared);
+    link.FromClient(Parse("", "copy t from stdin") + Bind("") + Execute() + Sync());
+    link.FromServer(ParseComplete() + BindComplete() + CopyInResponse());
+    EXPECT_EQ(link.FromClient(CopyData("1\n") + Sync() + CopyDone()), CopyData("1\n") + CopyDone());
+    link.FromServer(Complete("COPY 1"));
+    EXPECT_FALSE(link.relay().IsReleasable()) << "the server waits for a Sync after the COPY";
+    EXPECT_EQ(link.FromClient(Sync()), Sync());
+    EXPECT_FALSE(link.relay().IsReleasable());
+    EXPECT_EQ(link.FromServer(Ready('I')), Ready('I'));
+    EXPECT_TRUE(link.relay().IsReleasable());
+  }
+}
+
+// A Sync pipelined after CopyData before the CopyInResponse came was sent on: PostgreSQL ignores it
+// if the COPY still runs when it reads it, and answers it if that data failed the COPY. The COPY's
+// end tells: a CommandComplete says it was ignored; an error right after that data, answered.
+TEST(RelayTest, SyncAfterCopyDataBeforeTheCopyInResponseIsOwedIfTheCopyFails) {
+  for (const bool track_prepared : {false, true}) {
+    SCOPED_TRACE(track_prepared ? "track_prepared" : "plain");
+    {
+      Link link(track_prepared);
+      link.FromClient(Query("copy t from stdin") + CopyData("1\n") + Sync());
+      link.FromServer(CopyInResponse());
+      link.FromClient(CopyDone());
+      link.FromServer(Complete("COPY 1") + Ready('I'));
+      EXPECT_TRUE(link.relay().IsReleasable()) << "the COPY succeeded: the Sync was ignored";
+    }
+    {
+      Link link(track_prepared);
+      link.FromClient(Query("copy t from stdin") + CopyData("bad\n") + Sync());
+      link.FromServer(CopyInResponse() + Error("22P02") + Ready('I'));
+      link.FromClient(CopyDone());
+      EXPECT_FALSE(link.relay().IsReleasable()) << "the Sync may be answered";
+      EXPECT_EQ(link.FromServer(Ready('I')), Ready('I'));
+      EXPECT_TRUE(link.relay().IsReleasable());
+    }
+  }
+}
+
 // COPY TO STDOUT ends by itself: the Syncs around it are answered as usual.
 TEST(RelayTest, ExtendedCopyToStdoutAnswersEverySync) {
   Link link(/*track_prepared=*/true);
