@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pgfleet/peering/v1/peering.pb.h"
@@ -22,6 +24,13 @@ struct ShowInput {
   std::string version;
   uint32_t own_peer_id = 0;
 };
+
+// Each database host as the workers know it, the newest report of each (database, host, port)
+// winning: a promotion one worker saw is the pod's news.
+using HostKey = std::tuple<std::string, std::string, uint32_t>;
+std::map<HostKey, peering::v1::HostStatus> LatestHosts(const ShowInput& in);
+// "role, up|down" for a host, as SHOW SERVERS and SHOW DATABASES print it.
+std::string DescribeHost(const peering::v1::HostStatus& host);
 
 void ShowPools(const ShowInput& in, ResultSet* out);
 void ShowStats(const ShowInput& in, ResultSet* out);  // totals and averages

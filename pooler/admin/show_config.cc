@@ -2,6 +2,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "pooler/admin/show.h"
 
@@ -90,6 +91,22 @@ void ShowConfig(const config::Config& c, ResultSet* out) {
   row("log_level", c.log.level, d.log.level, true);
 }
 
+std::map<HostKey, peering::v1::HostStatus> LatestHosts(const ShowInput& in) {
+  std::map<HostKey, peering::v1::HostStatus> latest;
+  for (const auto& w : in.workers) {
+    for (const auto& h : w.hosts()) {
+      auto [it, inserted] = latest.try_emplace(HostKey(h.database(), h.host(), h.port()), h);
+      if (!inserted && h.checked_at_ms() > it->second.checked_at_ms()) it->second = h;
+    }
+  }
+  return latest;
+}
+
+std::string DescribeHost(const peering::v1::HostStatus& host) {
+  return absl::StrCat(host.role(), host.up() ? "" : " down",
+                      host.last_error().empty() || host.up() ? "" : " (" + host.last_error() + ")");
+}
+
 void ShowDatabases(const ShowInput& in, ResultSet* out) {
   out->AddColumn("name").AddColumn("host").AddColumn("port", Type::kInt).AddColumn("database");
   out->AddColumn("force_user").AddColumn("pool_size", Type::kInt);
@@ -97,7 +114,11 @@ void ShowDatabases(const ShowInput& in, ResultSet* out) {
   out->AddColumn("server_lifetime", Type::kInt).AddColumn("pool_mode");
   out->AddColumn("max_connections", Type::kInt).AddColumn("current_connections", Type::kInt);
   out->AddColumn("paused", Type::kInt).AddColumn("disabled", Type::kInt);
+  // pgfleet's own: libpq's multi-host settings, and each host as the workers last saw it
+  // ("127.0.0.1:5432 primary, 127.0.0.1:5433 standby down").
+  out->AddColumn("target_session_attrs").AddColumn("load_balance_hosts").AddColumn("hosts");
   const config::Config& fleet = *in.fleet;
+  const auto hosts = LatestHosts(in);
   // Configured databases, plus those a "*" entry created on demand.
   std::set<std::string> names;
   for (const auto& [name, db] : fleet.databases) {
@@ -116,13 +137,22 @@ void ShowDatabases(const ShowInput& in, ResultSet* out) {
     auto db = fleet.FindDatabase(name);
     if (!db.has_value()) continue;
     const auto mode = db->overrides.pool_mode.value_or(fleet.pool.pool_mode);
-    out->AddRow({name, db->host, std::to_string(db->port), db->dbname, db->user,
-                 std::to_string(fleet.EffectivePoolSize(*db)),
+    std::vector<std::string> states;
+    for (const config::HostAddress& address : db->Addresses()) {
+      auto h = hosts.find(HostKey(name, address.host, static_cast<uint32_t>(address.port)));
+      states.push_back(absl::StrCat(address.host, ":", address.port, " ",
+                                    h == hosts.end() ? "unknown" : DescribeHost(h->second)));
+    }
+    out->AddRow({name, absl::StrJoin(db->hosts, ","), std::to_string(db->ports.front()), db->dbname,
+                 db->user, std::to_string(fleet.EffectivePoolSize(*db)),
                  std::to_string(fleet.EffectiveMinPoolSize(*db)),
                  std::to_string(fleet.EffectiveReservePoolSize(*db)),
                  std::to_string(absl::ToInt64Seconds(fleet.pool.server_lifetime)),
                  std::string(config::PoolModeName(mode)), std::to_string(db->max_db_connections),
-                 std::to_string(current[name]), paused[name] ? "1" : "0", "0"});
+                 std::to_string(current[name]), paused[name] ? "1" : "0", "0",
+                 std::string(config::TargetSessionAttrsName(db->target_session_attrs)),
+                 std::string(config::LoadBalanceHostsName(db->load_balance_hosts)),
+                 absl::StrJoin(states, ", ")});
   }
 }
 

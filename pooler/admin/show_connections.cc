@@ -26,30 +26,30 @@ void AddColumns(ResultSet* out) {
   out->AddColumn("worker", Type::kInt);
 }
 
-void AddRow(const char* type, const peering::v1::WorkerStats& w,
-            const peering::v1::ConnectionInfo& c, ResultSet* out) {
-  out->AddRow({type,
-               c.user(),
-               c.database(),
-               "none",
-               c.state(),
-               c.addr(),
-               std::to_string(c.port()),
-               c.local_addr(),
-               std::to_string(c.local_port()),
-               FormatUnixMs(c.connect_time_ms()),
-               FormatUnixMs(c.request_time_ms()),
-               std::to_string(c.wait_us() / 1000000),
-               std::to_string(c.wait_us() % 1000000),
-               c.close_needed() ? "1" : "0",
-               Ptr(w.peer_id(), c.id()),
-               Ptr(w.peer_id(), c.link()),
-               std::to_string(c.remote_pid()),
-               c.tls(),
-               c.application_name(),
-               "0",
-               std::to_string(c.id()),
-               std::to_string(w.slot())});
+std::vector<std::string> Row(const char* type, const peering::v1::WorkerStats& w,
+                             const peering::v1::ConnectionInfo& c) {
+  return {type,
+          c.user(),
+          c.database(),
+          "none",
+          c.state(),
+          c.addr(),
+          std::to_string(c.port()),
+          c.local_addr(),
+          std::to_string(c.local_port()),
+          FormatUnixMs(c.connect_time_ms()),
+          FormatUnixMs(c.request_time_ms()),
+          std::to_string(c.wait_us() / 1000000),
+          std::to_string(c.wait_us() % 1000000),
+          c.close_needed() ? "1" : "0",
+          Ptr(w.peer_id(), c.id()),
+          Ptr(w.peer_id(), c.link()),
+          std::to_string(c.remote_pid()),
+          c.tls(),
+          c.application_name(),
+          "0",
+          std::to_string(c.id()),
+          std::to_string(w.slot())};
 }
 
 }  // namespace
@@ -57,14 +57,22 @@ void AddRow(const char* type, const peering::v1::WorkerStats& w,
 void ShowClients(const ShowInput& in, ResultSet* out) {
   AddColumns(out);
   for (const auto& w : in.workers) {
-    for (const auto& c : w.clients_info()) AddRow("C", w, c, out);
+    for (const auto& c : w.clients_info()) out->AddRow(Row("C", w, c));
   }
 }
 
 void ShowServers(const ShowInput& in, ResultSet* out) {
   AddColumns(out);
+  // pgfleet's own: the role of the server's host (host lists, target_session_attrs).
+  out->AddColumn("host_role");
+  const auto hosts = LatestHosts(in);
   for (const auto& w : in.workers) {
-    for (const auto& s : w.servers_info()) AddRow("S", w, s, out);
+    for (const auto& s : w.servers_info()) {
+      std::vector<std::string> row = Row("S", w, s);
+      auto host = hosts.find(HostKey(s.database(), s.addr(), s.port()));
+      row.push_back(host == hosts.end() ? "unknown" : host->second.role());
+      out->AddRow(std::move(row));
+    }
   }
 }
 

@@ -1,6 +1,8 @@
 // Config's lookups: the "*" fallback and the per-database / per-user overrides of `pool:`.
 #include "pooler/config/config.h"
 
+#include <algorithm>
+
 namespace pgfleet::config {
 
 std::string_view PoolModeName(PoolMode mode) {
@@ -65,6 +67,54 @@ std::optional<SslMode> ParseSslMode(std::string_view name) {
     if (name == SslModeName(mode)) return mode;
   }
   return std::nullopt;
+}
+
+std::string_view TargetSessionAttrsName(TargetSessionAttrs attrs) {
+  switch (attrs) {
+    case TargetSessionAttrs::kAny:
+      return "any";
+    case TargetSessionAttrs::kReadWrite:
+      return "read-write";
+    case TargetSessionAttrs::kReadOnly:
+      return "read-only";
+    case TargetSessionAttrs::kPrimary:
+      return "primary";
+    case TargetSessionAttrs::kStandby:
+      return "standby";
+    case TargetSessionAttrs::kPreferStandby:
+      return "prefer-standby";
+  }
+  return "unknown";
+}
+
+std::optional<TargetSessionAttrs> ParseTargetSessionAttrs(std::string_view name) {
+  for (TargetSessionAttrs attrs :
+       {TargetSessionAttrs::kAny, TargetSessionAttrs::kReadWrite, TargetSessionAttrs::kReadOnly,
+        TargetSessionAttrs::kPrimary, TargetSessionAttrs::kStandby,
+        TargetSessionAttrs::kPreferStandby}) {
+    if (name == TargetSessionAttrsName(attrs)) return attrs;
+  }
+  return std::nullopt;
+}
+
+std::string_view LoadBalanceHostsName(LoadBalanceHosts mode) {
+  return mode == LoadBalanceHosts::kRandom ? "random" : "disable";
+}
+
+std::optional<LoadBalanceHosts> ParseLoadBalanceHosts(std::string_view name) {
+  if (name == "disable") return LoadBalanceHosts::kDisable;
+  if (name == "random") return LoadBalanceHosts::kRandom;
+  return std::nullopt;
+}
+
+std::vector<HostAddress> DatabaseConfig::Addresses() const {
+  std::vector<HostAddress> out;
+  out.reserve(hosts.size());
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    const int port = ports.empty() ? 5432 : ports[std::min(i, ports.size() - 1)];
+    out.push_back(HostAddress{hosts[i], port});
+  }
+  return out;
 }
 
 std::optional<DatabaseConfig> Config::FindDatabase(const std::string& client_dbname) const {

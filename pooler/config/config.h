@@ -28,6 +28,24 @@ std::optional<AuthType> ParseAuthType(std::string_view name);
 std::string_view SslModeName(SslMode mode);
 std::optional<SslMode> ParseSslMode(std::string_view name);
 
+// libpq's target_session_attrs: which servers of a database's hosts a new server connection may
+// use, judged at login from in_hot_standby and default_transaction_read_only.
+enum class TargetSessionAttrs { kAny, kReadWrite, kReadOnly, kPrimary, kStandby, kPreferStandby };
+// libpq's load_balance_hosts: try the hosts in order, or in random order.
+enum class LoadBalanceHosts { kDisable, kRandom };
+std::string_view TargetSessionAttrsName(TargetSessionAttrs attrs);
+std::optional<TargetSessionAttrs> ParseTargetSessionAttrs(std::string_view name);
+std::string_view LoadBalanceHostsName(LoadBalanceHosts mode);
+std::optional<LoadBalanceHosts> ParseLoadBalanceHosts(std::string_view name);
+
+// One PostgreSQL address: a host name, IP, or a unix socket directory (starts with '/'), and its
+// port.
+struct HostAddress {
+  std::string host;
+  int port = 5432;
+  bool operator==(const HostAddress&) const = default;
+};
+
 struct ListenConfig {
   std::string address = "127.0.0.1";  // "*" or "0.0.0.0" = all IPv4; "::" = all IPv6
   int port = 6432;                    // 0 = pick a free port (logged at start)
@@ -45,8 +63,12 @@ struct PoolOverrides {
 
 struct DatabaseConfig {
   std::string name;  // what clients connect to (the YAML key); "*" is the fallback entry
-  std::string host = "127.0.0.1";  // host name, IP, or a unix socket directory (starts with '/')
-  int port = 5432;
+  // libpq's host and port lists: one or more hosts ("a,b" or a YAML list), and one port for all
+  // of them or one per host. Addresses() pairs them.
+  std::vector<std::string> hosts = {"127.0.0.1"};
+  std::vector<int> ports = {5432};
+  TargetSessionAttrs target_session_attrs = TargetSessionAttrs::kAny;
+  LoadBalanceHosts load_balance_hosts = LoadBalanceHosts::kDisable;
   std::string dbname;    // empty = same as `name` (or the client's requested name for "*")
   std::string user;      // force this server user (empty = the client's user)
   std::string password;  // password for `user` toward the server (else from auth file)
@@ -57,6 +79,17 @@ struct DatabaseConfig {
   std::string application_name;  // optional fixed application_name toward the server
   // Set only on FindDatabase's result: true when the "*" entry matched (an auto-database).
   bool from_fallback = false;
+
+  // Each host with its port (the one port, or the port at the same place in `ports`; a host
+  // without one, which validation rejects, gets the last port).
+  std::vector<HostAddress> Addresses() const;
+  // Where new servers go and how they are chosen: a change closes the pool's servers.
+  bool SameTarget(const DatabaseConfig& other) const {
+    return hosts == other.hosts && ports == other.ports && dbname == other.dbname &&
+           user == other.user && password == other.password &&
+           target_session_attrs == other.target_session_attrs &&
+           load_balance_hosts == other.load_balance_hosts;
+  }
 };
 
 struct UserConfig {

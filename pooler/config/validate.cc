@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -110,9 +111,20 @@ void CheckPool(const PoolConfig& pool, std::vector<Issue>& issues) {
 void CheckDatabase(const Config& config, const std::string& key, const DatabaseConfig& db,
                    std::vector<Issue>& issues) {
   const std::string prefix = absl::StrCat("databases.", key, ".");
-  if (db.host.empty()) Add(issues, prefix + "host", "must not be empty");
-  if (db.port < 1 || db.port > 65535) {
-    Add(issues, prefix + "port", absl::StrCat("must be between 1 and 65535, got ", db.port));
+  if (db.hosts.empty() || absl::c_any_of(db.hosts, [](const auto& h) { return h.empty(); })) {
+    Add(issues, prefix + "host",
+        db.hosts.size() > 1 ? "must not name an empty host" : "must not be empty");
+  }
+  for (int port : db.ports) {
+    if (port < 1 || port > 65535) {
+      Add(issues, prefix + "port", absl::StrCat("must be between 1 and 65535, got ", port));
+      break;
+    }
+  }
+  if (db.ports.empty() || (db.ports.size() > 1 && db.ports.size() != db.hosts.size())) {
+    Add(issues, prefix + "port",
+        absl::StrCat("must be one port for every host or one per host (", db.hosts.size(),
+                     " hosts, ", db.ports.size(), " ports)"));
   }
   const PoolOverrides& o = db.overrides;
   if (o.pool_size) CheckAtLeast(issues, prefix + "pool_size", *o.pool_size, 0);

@@ -218,6 +218,58 @@ class Section {
     }
   }
 
+  // libpq's host list: one host, "a,b", or a YAML list of strings. An empty name stays in the
+  // list for the validator to name.
+  void HostList(absl::string_view key, std::vector<std::string>& out) {
+    Entry* e = Take(key);
+    if (e == nullptr) return;
+    if (e->value.IsNull() || e->value.IsScalar()) {
+      const std::string text = e->value.IsNull() ? "" : e->value.Scalar();
+      out = absl::StrSplit(text, ',');
+      for (std::string& host : out) absl::StripAsciiWhitespace(&host);
+    } else if (e->value.IsSequence() && e->value.size() > 0) {
+      out.clear();
+      for (size_t i = 0; i < e->value.size(); ++i) {
+        const YAML::Node item = e->value[i];
+        if (item.IsScalar()) {
+          out.push_back(item.Scalar());
+        } else {
+          loader_.Report(absl::StrCat(JoinPath(path_, key), "[", i, "]"),
+                         absl::StrCat("expected a string, got ", KindOf(item)),
+                         LineOf(item.Mark()) > 0 ? LineOf(item.Mark()) : e->line);
+        }
+      }
+    } else {
+      Bad(*e, "a string");
+    }
+  }
+
+  // libpq's port list: one port for every host, "5432,5433", or a YAML list, one per host.
+  void PortList(absl::string_view key, std::vector<int>& out) {
+    Entry* e = Take(key);
+    if (e == nullptr) return;
+    std::vector<std::string> texts;
+    if (e->value.IsScalar()) {
+      texts = absl::StrSplit(e->value.Scalar(), ',');
+    } else if (e->value.IsSequence() && e->value.size() > 0) {
+      for (size_t i = 0; i < e->value.size(); ++i) {
+        texts.push_back(e->value[i].IsScalar() ? e->value[i].Scalar() : std::string("?"));
+      }
+    }
+    std::vector<int> ports;
+    for (std::string& text : texts) {
+      absl::StripAsciiWhitespace(&text);
+      int64_t value = 0;
+      if (!absl::SimpleAtoi(text, &value) || value < 0 || value > INT_MAX) break;
+      ports.push_back(static_cast<int>(value));
+    }
+    if (texts.empty() || ports.size() != texts.size()) {
+      Bad(*e, texts.size() > 1 ? "a port or a list of ports" : "a non-negative integer");
+      return;
+    }
+    out = std::move(ports);
+  }
+
   // Marks `key` known and returns its value for a nested reader; nullptr when absent.
   const YAML::Node* Child(absl::string_view key, int* line = nullptr) {
     Entry* e = Take(key);
@@ -384,8 +436,12 @@ void ReadDatabases(Loader& loader, const YAML::Node& node, int line, const PoolC
     db.name = name;
     db.max_db_connections = pool.max_db_connections;
     Section s(loader, *value, JoinPath("databases", name), key_line);
-    s.String("host", db.host);
-    s.Int("port", db.port);
+    s.HostList("host", db.hosts);
+    s.PortList("port", db.ports);
+    s.Enum("target_session_attrs", db.target_session_attrs, ParseTargetSessionAttrs,
+           "one of any, read-write, read-only, primary, standby, prefer-standby");
+    s.Enum("load_balance_hosts", db.load_balance_hosts, ParseLoadBalanceHosts,
+           "one of disable, random");
     s.String("dbname", db.dbname);
     s.String("user", db.user);
     s.String("password", db.password);

@@ -229,6 +229,23 @@ for (const auto& [slot, s] : view.slots) {
 }
 out.push_back(std::move(share));
 
+auto serves = Family(names::kDatabaseHostServes,
+                     "1 when new server connections may go to this host of the database: it is up "
+                     "and its role fits target_session_attrs.",
+                     MetricType::Gauge);
+for (const auto& [slot, s] : view.slots) {
+  for (const auto& h : s.hosts()) {
+    AddValue(serves,
+             {{std::string(names::kLabelDatabase), h.database()},
+              {std::string(names::kLabelHost), h.host()},
+              {std::string(names::kLabelPort), std::to_string(h.port())},
+              {std::string(names::kLabelRole), h.role()},
+              {kWorker, std::to_string(slot)}},
+             h.fits() ? 1.0 : 0.0);
+  }
+}
+out.push_back(std::move(serves));
+
 struct WorkerCounter {
   std::string_view name;
   std::string_view help;

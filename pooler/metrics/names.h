@@ -46,6 +46,9 @@ inline constexpr std::string_view kStatsWaitDuration = "pgfleet_stats_wait_durat
 
 // Per worker {worker}.
 inline constexpr std::string_view kBudgetShare = "pgfleet_budget_share";  // {database, worker}
+// {database, host, port, role, worker}: 1 when new servers may go to the host (up, and its role
+// fits target_session_attrs); a database whose hosts are all 0 makes its clients wait.
+inline constexpr std::string_view kDatabaseHostServes = "pgfleet_database_host_serves";
 inline constexpr std::string_view kCancelReceived = "pgfleet_cancel_received_total";
 inline constexpr std::string_view kCancelForwarded = "pgfleet_cancel_forwarded_total";
 inline constexpr std::string_view kCancelDropped = "pgfleet_cancel_dropped_total";
@@ -72,5 +75,8 @@ inline constexpr std::string_view kLabelClass = "class";
 inline constexpr std::string_view kLabelEvent = "event";
 inline constexpr std::string_view kLabelReason = "reason";
 inline constexpr std::string_view kLabelVersion = "version";
+inline constexpr std::string_view kLabelHost = "host";
+inline constexpr std::string_view kLabelPort = "port";
+inline constexpr std::string_view kLabelRole = "role";
 
 }  // namespace pgfleet::metrics::names

@@ -303,6 +303,25 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
     b->set_max_db_connections(total);
     b->set_current(static_cast<uint32_t>(registry_.budget().DatabaseServerCount(database)));
   }
+  for (const auto& [database, hosts] : registry_.host_selectors()) {
+    for (size_t i = 0; i < hosts->size(); ++i) {
+      const pool::HostStatus& h = hosts->status(i);
+      auto* info = out->add_hosts();
+      info->set_database(database);
+      info->set_host(h.address.host);
+      info->set_port(static_cast<uint32_t>(h.address.port));
+      info->set_role(std::string(pool::HostRoleName(h.role)));
+      info->set_up(now >= h.down_until);
+      info->set_fits(hosts->Serves(i, now));
+      info->set_target_session_attrs(
+          std::string(config::TargetSessionAttrsName(hosts->target_session_attrs())));
+      if (h.checked_at != absl::InfinitePast()) {
+        info->set_checked_at_ms(UnixMs(ToWallClock(h.checked_at, now, wall)));
+      }
+      info->set_failures(static_cast<uint32_t>(h.failures));
+      info->set_last_error(h.last_error);
+    }
+  }
   if (request.include_connections()) FillConnections(out);
 }
 
@@ -343,8 +362,8 @@ void WorkerStatsSource::FillConnections(peering::v1::WorkerStats* out) {
       info->set_user(s.pool()->server_user());
       info->set_database(s.pool()->db().name);
       info->set_state(std::string(ServerStateForShow(s.state())));
-      info->set_addr(s.pool()->db().host);
-      info->set_port(static_cast<uint32_t>(s.pool()->db().port));
+      info->set_addr(s.address().host);
+      info->set_port(static_cast<uint32_t>(s.address().port));
       LocalAddress(s.fd(), info);
       if (s.tls_established()) info->set_tls(s.tls()->Description());
       info->set_connect_time_ms(UnixMs(ToWallClock(s.created_at(), now, wall)));

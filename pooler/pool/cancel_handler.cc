@@ -79,7 +79,7 @@ CancelOutcome CancelHandler::HandleCancel(const protocol::CancelKey& key, bool f
 }
 
 bool CancelHandler::CancelQuery(ServerConn& server, std::string_view why) {
-  auto fd = net::ConnectTo(server.pool()->db().host, server.pool()->db().port);
+  auto fd = net::ConnectTo(server.address().host, server.address().port);
   if (!fd.ok()) return false;
   auto request = std::make_unique<CancelRequestConn>(context_.loop(), *fd, this, server.id(),
                                                      server.link_generation());
@@ -91,7 +91,7 @@ bool CancelHandler::CancelQuery(ServerConn& server, std::string_view why) {
 }
 
 bool CancelHandler::CancelAbandonedQuery(const ServerConn& server) {
-  auto fd = net::ConnectTo(server.pool()->db().host, server.pool()->db().port);
+  auto fd = net::ConnectTo(server.address().host, server.address().port);
   if (!fd.ok()) return false;
   auto request = std::make_unique<CancelRequestConn>(context_.loop(), *fd, this,
                                                      server.backend_pid(), server.backend_secret());

@@ -4,6 +4,7 @@
 //   u8 version (kVersion)   u8 kind   u32 from   str database   str user
 //   kServer only:
 //     u32 backend_pid   str backend_secret   i64 created_at_us   i64 last_used_at_us
+//     str host   u32 port                     the address it is connected to
 //     u32 n, n x (str name, str value)       login_params
 //     u32 n, n x (str name, str value)       tracked_params
 //     u8 statements_complete (0 or 1)
@@ -26,7 +27,7 @@ namespace {
 
 // Bumped on any layout change: sibling workers of one pod run the same binary, but a worker
 // started by a newer binary during an upgrade must refuse, not misread, an older one's message.
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 
 // The smallest encoding of one list element (an empty str, or a pair of them), to reject a count
 // that the remaining bytes could not hold before anything is allocated for it.
@@ -76,6 +77,8 @@ std::string Encode(const HandoffMessage& message, bool with_statements) {
                            s.backend_secret.size()));
     w.I64(s.created_at_us);
     w.I64(s.last_used_at_us);
+    w.Str(s.host);
+    w.U32(s.port);
     w.Pairs(s.login_params);
     w.Pairs(s.tracked_params);
     w.Byte(with_statements && s.statements_complete ? 1 : 0);
@@ -180,7 +183,7 @@ absl::StatusOr<HandoffMessage> DecodeHandoff(std::string_view bytes) {
     ServerHandoff& s = message.server;
     std::span<const uint8_t> secret;
     if (!c.U32(&s.backend_pid) || !c.Bytes(&secret) || !c.I64(&s.created_at_us) ||
-        !c.I64(&s.last_used_at_us)) {
+        !c.I64(&s.last_used_at_us) || !c.Str(&s.host) || !c.U32(&s.port)) {
       return Malformed("truncated server");
     }
     s.backend_secret.assign(secret.begin(), secret.end());

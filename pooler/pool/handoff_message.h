@@ -24,6 +24,9 @@ struct ServerHandoff {
   // machine): server_lifetime and server_idle_timeout keep counting across the move.
   int64_t created_at_us = 0;
   int64_t last_used_at_us = 0;
+  // Which of the database's hosts it is connected to (cancels go there; its role is that host's).
+  std::string host;
+  uint32_t port = 0;
   // Every ParameterStatus of the login, in order (welcomes new clients).
   std::vector<std::pair<std::string, std::string>> login_params;
   // The tracked parameters as the server has them now, by name (only those set).

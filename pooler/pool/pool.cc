@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/pool/pool_registry.h"
@@ -18,6 +19,7 @@ constexpr absl::Duration kMaxConnectBackoff = absl::Seconds(1);
 Pool::Pool(PoolRegistry* registry, config::DatabaseConfig db, std::string user)
     : registry_(registry),
       context_(registry->context()),
+      hosts_(registry->HostsFor(db)),
       db_(std::move(db)),
       user_(std::move(user)),
       mode_(context_.config().EffectivePoolMode(db_, user_)),
@@ -46,8 +48,8 @@ void Pool::UpdateRelaySettings() {
 int Pool::pool_size() const { return context_.config().EffectivePoolSize(db_); }
 
 void Pool::ApplyConfig(const config::DatabaseConfig& db) {
-  bool target_changed = db.host != db_.host || db.port != db_.port || db.dbname != db_.dbname ||
-                        db.user != db_.user || db.password != db_.password;
+  const bool target_changed = !db.SameTarget(db_);
+  hosts_.Reconfigure(db);
   // A forced server user may change: take back what was published under the old keys first.
   if (pod_keys_known_ && pod_keys_.has_value() && published_idle_ != 0) {
     budget::PodServerCounts& pod = registry_->budget().pod();
@@ -84,7 +86,7 @@ void Pool::AddClient(ClientConn* client) {
   }
   MoveClient(client, ClientState::kWelcome);
   if (login_server_count() == 0 && servers_[ServerState::kIdle].empty() &&
-      !LaunchServer(ServerBudget::Purpose::kPoolSize)) {
+      !LaunchServer(ServerBudget::Purpose::kPoolSize) && CanLaunch()) {
     // The pod is full: a sibling's server brings the parameters to welcome with (or its room).
     AskSiblingForRoom();
   }
@@ -173,8 +175,9 @@ void Pool::ServeWaiting() {
                                                 : 0);
   while (demand > login_server_count() + testing_server_count()) {
     if (!LaunchServer(ServerBudget::Purpose::kPoolSize)) {
-      // No room in the pod: a sibling's idle server serves instead, or frees the budget.
-      AskSiblingForRoom();
+      // No room in the pod: a sibling's idle server serves instead, or frees the budget. (No host
+      // to try now: clients wait, Maintain tries again.)
+      if (CanLaunch()) AskSiblingForRoom();
       break;
     }
   }
@@ -190,18 +193,23 @@ void Pool::ScheduleServeWaiting() {
   });
 }
 
-bool Pool::CanLaunch() const { return !paused_ && context_.loop().now() >= next_connect_allowed_; }
+bool Pool::CanLaunch() const {
+  const absl::Time now = context_.loop().now();
+  return !paused_ && now >= next_connect_allowed_ && hosts_.AnyToTry(now);
+}
 
 bool Pool::LaunchServer(ServerBudget::Purpose purpose) {
   if (!CanLaunch()) return false;
+  const absl::Time now = context_.loop().now();
+  const std::optional<size_t> host = hosts_.Pick(now);
+  if (!host.has_value()) return false;
   ServerBudget& budget = registry_->budget();
   std::optional<ServerRoom> room = budget.TryOpen(this, purpose);
   if (!room.has_value()) return false;
-  ServerConn* server = registry_->OpenServer(this);
+  ServerConn* server = registry_->OpenServer(this, hosts_.status(*host).address);
   if (server == nullptr) {
     budget.Closed(*room);
-    ++consecutive_connect_failures_;
-    next_connect_allowed_ = context_.loop().now() + absl::Milliseconds(200);
+    hosts_.OnConnectFailed(*host, now, kMaxConnectBackoff, "connect failed at once");
     return false;
   }
   server->set_room(*std::move(room));
@@ -259,7 +267,37 @@ void Pool::PublishPodCounts() {
 
 void Pool::OnServerConnected(ServerConn* server) { MoveServer(server, ServerState::kLogin); }
 
+std::optional<size_t> Pool::HostOf(const ServerConn* server) const {
+  return hosts_.IndexOf(server->address());
+}
+
+bool Pool::AcceptLogin(ServerConn* server) {
+  const std::optional<size_t> host = HostOf(server);
+  if (!host.has_value()) return false;  // a reload removed its host meanwhile
+  const auto facts = HostFacts::FromParams(server->login_params());
+  const absl::Time now = context_.loop().now();
+  // Other databases listing the host learn its role too (a promotion one entry's login finds
+  // retires another entry's servers there).
+  if (facts.has_value()) registry_->OnHostRole(server->address(), facts->in_hot_standby, now);
+  if (hosts_.OnLogin(*host, facts, now)) return true;
+  const HostStatus& status = hosts_.status(*host);
+  PGFLEET_LOG(
+      kInfo, "server_host_mismatch", "server=", server->id(), " db=", base::LogQuote(db_.name),
+      " host=", status.address.host, " port=", status.address.port,
+      " role=", HostRoleName(status.role), " read_only=", status.read_only ? "on" : "off",
+      " target_session_attrs=", config::TargetSessionAttrsName(hosts_.target_session_attrs()));
+  return false;
+}
+
 void Pool::OnServerReady(ServerConn* server) {
+  if (!AcceptLogin(server)) {
+    // Not a failed login: the host answered, it is just not the kind this entry wants. Another
+    // host is tried at once; this one again after HostSelector::kRoleRecheck.
+    MoveServer(server, ServerState::kTesting);
+    server->Close("host does not match target_session_attrs");
+    ScheduleServeWaiting();
+    return;
+  }
   // Idle from here on: closing it now (RECONNECT, a lowered budget) is not a failed login.
   MoveServer(server, ServerState::kIdle, /*front=*/true);
   consecutive_connect_failures_ = 0;
@@ -326,13 +364,52 @@ void Pool::FailWelcomeClients(std::span<const uint8_t> error) {
 
 void Pool::OnServerLoginFailed(ServerConn* server, std::span<const uint8_t> error,
                                bool fatal_for_clients) {
-  (void)server;
-  ++consecutive_connect_failures_;
   const auto retry = context_.config().pool.server_login_retry;
+  if (!fatal_for_clients) {
+    // The host's reason (shutting down, starting up, too many connections): other hosts may
+    // serve meanwhile.
+    if (const auto host = HostOf(server)) {
+      hosts_.OnConnectFailed(*host, context_.loop().now(), retry, "login failed");
+    }
+    return;
+  }
+  // The credentials' or the database's: every host would say the same.
+  ++consecutive_connect_failures_;
   next_connect_allowed_ =
       context_.loop().now() +
       std::min(absl::Milliseconds(100) * (1 << std::min(consecutive_connect_failures_, 8)), retry);
-  if (fatal_for_clients) FailWelcomeClients(error);
+  FailWelcomeClients(error);
+}
+
+void Pool::OnHotStandbyReport(ServerConn* server, bool in_hot_standby) {
+  registry_->OnHostRole(server->address(), in_hot_standby, context_.loop().now());
+}
+
+void Pool::OnReadOnlyError(ServerConn* server) {
+  const auto attrs = db_.target_session_attrs;
+  if (attrs != config::TargetSessionAttrs::kReadWrite &&
+      attrs != config::TargetSessionAttrs::kPrimary) {
+    return;
+  }
+  // A client's own SET TRANSACTION READ ONLY gets 25006 on a primary too: only this server goes
+  // (a new login tells the host's role), not the host's others.
+  server->MarkCloseOnRelease();
+  if (const auto host = HostOf(server)) hosts_.Forget(*host);
+}
+
+void Pool::RetireHost(const config::HostAddress& address, std::string_view reason) {
+  std::vector<ServerConn*> idle;
+  for (ServerConn* s : servers_.In({ServerState::kIdle})) {
+    if (s->address() == address) idle.push_back(s);
+  }
+  for (ServerConn* s : idle) s->Close(reason);
+  // The rest finish what they run (a transaction ends as PostgreSQL ends it) and close when
+  // released.
+  for (ServerConn* s : servers_.In({ServerState::kActive, ServerState::kTesting,
+                                    ServerState::kCanceling, ServerState::kDraining})) {
+    if (s->address() == address) s->MarkCloseOnRelease();
+  }
+  ScheduleServeWaiting();
 }
 
 void Pool::MakeIdle(ServerConn* server) {
@@ -433,14 +510,13 @@ void Pool::RemoveServer(ServerConn* server) {
   registry_->budget().Closed(server->room());
   registry_->DeleteServer(server);
   if (old_state == ServerState::kConnecting || old_state == ServerState::kLogin) {
-    if (next_connect_allowed_ <= context_.loop().now()) {
-      ++consecutive_connect_failures_;
-      // A refused or timed-out connect costs PostgreSQL nothing, so retry at least every second:
-      // once it is back, clients must be served within 2 s, however long it was gone.
-      next_connect_allowed_ =
-          context_.loop().now() +
-          std::min({absl::Milliseconds(50) * (1 << std::min(consecutive_connect_failures_, 8)),
-                    kMaxConnectBackoff, context_.config().pool.server_login_retry});
+    // A refused or timed-out connect costs PostgreSQL nothing, so the host is retried at least
+    // every second: once it is back, clients must be served within 2 s, however long it was gone.
+    if (const auto host = HostOf(server)) {
+      hosts_.OnConnectFailed(
+          *host, context_.loop().now(),
+          std::min(kMaxConnectBackoff, context_.config().pool.server_login_retry),
+          "connect failed");
     }
   }
   if (client != nullptr && !client->closed()) {

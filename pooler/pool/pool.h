@@ -15,6 +15,7 @@
 #include "pooler/base/intrusive_list.h"
 #include "pooler/config/config.h"
 #include "pooler/pool/client_conn.h"
+#include "pooler/pool/host_selector.h"
 #include "pooler/pool/relay.h"
 #include "pooler/pool/server_budget.h"
 #include "pooler/pool/server_conn.h"
@@ -73,6 +74,16 @@ class Pool {
   // Login failed with a server ErrorResponse (`error` is the whole message, to pass on).
   void OnServerLoginFailed(ServerConn* server, std::span<const uint8_t> error,
                            bool fatal_for_clients);
+  // A logged-in server reported in_hot_standby (a promotion): when its host no longer fits
+  // target_session_attrs, the host's servers leave every pool of the database.
+  void OnHotStandbyReport(ServerConn* server, bool in_hot_standby);
+  // A server failed a client's write as read-only (25006): for an entry that wants a writable
+  // host, the server closes when released and the host's role is checked at the next login.
+  void OnReadOnlyError(ServerConn* server);
+  // Servers of `address` close: idle ones now, the rest when released (their host changed role).
+  void RetireHost(const config::HostAddress& address, std::string_view reason);
+  // The database's hosts as this worker knows them (shared by its pools).
+  const HostSelector& hosts() const { return hosts_; }
   // The linked transaction is over (release rule met) or a hidden check/reset finished.
   void ReleaseServer(ServerConn* server);
   // The server socket is gone; unlink and forget it.
@@ -174,8 +185,13 @@ class Pool {
   // Opens a server if limits allow; `extra` allows the reserve pool.
   // Opens a server if the pod has room for `purpose` (server_budget.h).
   bool LaunchServer(ServerBudget::Purpose purpose);
-  // Not paused and not backing off after failed connects.
+  // Not paused, not backing off after failed logins, and some host may be tried now.
   bool CanLaunch() const;
+  // A server's host, if the database still lists it.
+  std::optional<size_t> HostOf(const ServerConn* server) const;
+  // Whether `server` may serve clients of this pool: a login whose host does not fit
+  // target_session_attrs is closed and another host tried.
+  bool AcceptLogin(ServerConn* server);
   // Every state change goes through these (the lists' transition function), so the pod sees this
   // worker's idle servers and waiting clients of the pool.
   void MoveServer(ServerConn* server, ServerState to, bool front = false);
@@ -203,6 +219,7 @@ class Pool {
 
   PoolRegistry* registry_;  // opens and deletes servers; the budget and cancels
   WorkerContext& context_;
+  HostSelector& hosts_;  // the registry's, for this database
   config::DatabaseConfig db_;
   std::string user_;
   config::PoolMode mode_;

@@ -167,6 +167,11 @@ void Pool::AdoptServer(int fd, const ServerHandoff& moved) {
   servers_.Add(server);  // kIdle
   ++stats_.servers_adopted;
   ++context_.counters().servers_adopted;
+  if (!HostOf(server).has_value()) {
+    // A reload here removed its host before it arrived.
+    server->Close("its host is no longer listed for the database");
+    return;
+  }
   LearnWelcome(server);
   if (!moved.statements_complete) {
     // Its statements did not fit in the message: the server has names this worker would Parse

@@ -51,14 +51,44 @@ Pool* PoolRegistry::GetOrCreatePool(const config::DatabaseConfig& db, const std:
   return raw;
 }
 
-ServerConn* PoolRegistry::OpenServer(Pool* pool) {
-  auto fd = net::ConnectTo(pool->db().host, pool->db().port);
+HostSelector& PoolRegistry::HostsFor(const config::DatabaseConfig& db) {
+  auto& hosts = hosts_by_database_[db.name];
+  if (hosts == nullptr) hosts = std::make_unique<HostSelector>(db, context_.random());
+  return *hosts;
+}
+
+void PoolRegistry::OnHostRole(const config::HostAddress& address, bool in_hot_standby,
+                              absl::Time now) {
+  for (auto& [database, hosts] : hosts_by_database_) {
+    const std::optional<size_t> host = hosts->IndexOf(address);
+    if (!host.has_value() || !hosts->OnHotStandbyReport(*host, in_hot_standby, now)) continue;
+    PGFLEET_LOG(kWarning, "server_host_role_changed", "db=", base::LogQuote(database),
+                " host=", address.host, " port=", address.port,
+                " in_hot_standby=", in_hot_standby ? "on" : "off", " target_session_attrs=",
+                config::TargetSessionAttrsName(hosts->target_session_attrs()));
+    const std::string reason = base::StrCat(
+        "host became ", in_hot_standby ? "a standby" : "a primary",
+        " (target_session_attrs=", config::TargetSessionAttrsName(hosts->target_session_attrs()),
+        ")");
+    ForEachPoolOf(database, [&](Pool& pool) { pool.RetireHost(address, reason); });
+  }
+}
+
+void PoolRegistry::ForEachPoolOf(std::string_view name, const std::function<void(Pool&)>& fn) {
+  for (auto& [key, pool] : pools_) {
+    if (key.first == name) fn(*pool);
+  }
+}
+
+ServerConn* PoolRegistry::OpenServer(Pool* pool, const config::HostAddress& address) {
+  auto fd = net::ConnectTo(address.host, address.port);
   if (!fd.ok()) {
     PGFLEET_LOG(kWarning, "server_connect_failed", "db=", base::LogQuote(pool->db().name),
+                " host=", address.host, " port=", address.port,
                 " error=", base::LogQuote(base::Sv(fd.status().message())));
     return nullptr;
   }
-  auto* server = new ServerConn(context_.loop(), *fd, pool, context_.NextConnectionId());
+  auto* server = new ServerConn(context_.loop(), *fd, pool, context_.NextConnectionId(), address);
   if (!server->Register(/*connecting=*/true).ok()) {
     close(*fd);
     delete server;
@@ -70,7 +100,9 @@ ServerConn* PoolRegistry::OpenServer(Pool* pool) {
 }
 
 ServerConn* PoolRegistry::AdoptServer(Pool* pool, int fd, const ServerHandoff& moved) {
-  auto* server = new ServerConn(context_.loop(), fd, pool, context_.NextConnectionId(), moved);
+  auto* server =
+      new ServerConn(context_.loop(), fd, pool, context_.NextConnectionId(),
+                     config::HostAddress{moved.host, static_cast<int>(moved.port)}, moved);
   if (!server->Register(/*connecting=*/false).ok()) {
     delete server;  // closes fd
     return nullptr;

@@ -19,6 +19,7 @@
 #include "pooler/pool/admin_hook.h"
 #include "pooler/pool/cancel_handler.h"
 #include "pooler/pool/client_conn.h"
+#include "pooler/pool/host_selector.h"
 #include "pooler/pool/janitor.h"
 #include "pooler/pool/pause_state.h"
 #include "pooler/pool/pool.h"
@@ -51,9 +52,20 @@ class PoolRegistry final : public ClientHost, public ServerDirectory {
   // The pool for (database config, user), created on first use.
   Pool* GetOrCreatePool(const config::DatabaseConfig& db, const std::string& user) override;
   const PoolMap& pools() const { return pools_; }
-  // Opens a server connection for `pool` (the budget already agreed). Null when connect fails at
-  // once.
-  ServerConn* OpenServer(Pool* pool);
+  // The hosts of database `db` as this worker knows them, created on first use; every pool of
+  // the database shares them.
+  HostSelector& HostsFor(const config::DatabaseConfig& db);
+  const absl::flat_hash_map<std::string, std::unique_ptr<HostSelector>>& host_selectors() const {
+    return hosts_by_database_;
+  }
+  // A server at `address` told its role (a login, or in_hot_standby reported later): every
+  // database listing that host learns it, and those it no longer fits retire their servers there.
+  void OnHostRole(const config::HostAddress& address, bool in_hot_standby, absl::Time now);
+  // Every pool of database `name`.
+  void ForEachPoolOf(std::string_view name, const std::function<void(Pool&)>& fn);
+  // Opens a server connection for `pool` to `address` (the budget already agreed). Null when
+  // connect fails at once.
+  ServerConn* OpenServer(Pool* pool, const config::HostAddress& address);
   // A closed server leaves the directory; deleted after the event batch.
   void DeleteServer(ServerConn* server);
   // A server a sibling handed over, registered with the loop; null when it cannot be.
@@ -106,6 +118,7 @@ class PoolRegistry final : public ClientHost, public ServerDirectory {
 
   WorkerContext context_;
   PoolMap pools_;
+  absl::flat_hash_map<std::string, std::unique_ptr<HostSelector>> hosts_by_database_;
   ServerMap servers_by_id_;
   CancelHandler cancels_;
   ServerBudget budget_;

@@ -198,9 +198,10 @@ bool Relay::TakeReadyAnswers(protocol::ByteSink& to_client) {
   return any;
 }
 
-void Relay::TrackParameterStatus(std::span<const uint8_t> body) {
+void Relay::TrackParameterStatus(std::span<const uint8_t> body, RelayObserver& observer) {
   auto status = protocol::ParseParameterStatus(body);
   if (!status.ok()) return;
+  if (status->name == "in_hot_standby") observer.OnHotStandbyReport(status->value == "on");
   const int slot = settings_.tracked->Find(status->name);
   if (slot < 0) return;
   params_.Set(static_cast<size_t>(slot), status->value);
@@ -458,7 +459,7 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
       return client_ != nullptr && pass;
     }
     case 'S':
-      TrackParameterStatus(body);
+      TrackParameterStatus(body, observer);
       return !hidden && client_ != nullptr;
     case 'C':
     case 'I':

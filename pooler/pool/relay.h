@@ -47,6 +47,9 @@ class RelayObserver {
   virtual void OnServerError(std::string_view /*sqlstate*/) {}
   // A query pgfleet sent itself (SET, check, reset) failed: the server cannot be vouched for.
   virtual void OnHiddenQueryFailed(std::string_view /*message*/) {}
+  // The server reported in_hot_standby after login: it was promoted (off) or, rarely, the
+  // session outlived a switch the other way.
+  virtual void OnHotStandbyReport(bool /*in_hot_standby*/) {}
 };
 
 // Settings shared by every relay of a pool (the pool updates them on reload).
@@ -185,7 +188,7 @@ class Relay {
   // A ReadyForQuery, or the end of an Execute (or of a statement), from the server: trims sent_.
   void OnServerProgress(uint8_t type);
   void UndoFailedPipeline();
-  void TrackParameterStatus(std::span<const uint8_t> body);
+  void TrackParameterStatus(std::span<const uint8_t> body, RelayObserver& observer);
   void EmitReadyAnswers(RelayOutput& to_client);
 
   // Prepared statements (relay_prepared.cc).

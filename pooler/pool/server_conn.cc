@@ -32,6 +32,12 @@ class ServerConn::Observer final : public RelayObserver {
   void OnServerError(std::string_view sqlstate) override {
     ++server_.pool_->stats().errors;
     if (!sqlstate.empty()) server_.pool_->context().counters().CountError(sqlstate);
+    if (sqlstate == protocol::sqlstate::kReadOnlySqlTransaction) {
+      server_.pool_->OnReadOnlyError(&server_);
+    }
+  }
+  void OnHotStandbyReport(bool in_hot_standby) override {
+    server_.pool_->OnHotStandbyReport(&server_, in_hot_standby);
   }
   void OnHiddenQueryFailed(std::string_view message) override {
     PGFLEET_LOG(kWarning, "server_hidden_query_failed", "server=", server_.id_,
@@ -44,18 +50,20 @@ class ServerConn::Observer final : public RelayObserver {
   ServerConn& server_;
 };
 
-ServerConn::ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id)
+ServerConn::ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id,
+                       config::HostAddress address)
     : net::Connection(loop, fd),
       pool_(pool),
       id_(id),
+      address_(std::move(address)),
       relay_(pool->relay_settings()),
       login_(pool->credentials(), pool->context().random(), pool->context().tracked_params()),
       created_at_(loop.now()),
       last_used_at_(loop.now()) {}
 
 ServerConn::ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id,
-                       const ServerHandoff& moved)
-    : ServerConn(loop, fd, pool, id) {
+                       config::HostAddress address, const ServerHandoff& moved)
+    : ServerConn(loop, fd, pool, id, std::move(address)) {
   state_ = ServerState::kIdle;
   login_.Adopt(moved.backend_pid, moved.backend_secret, moved.login_params);
   const TrackedParamNames& tracked = pool->context().tracked_params();
@@ -80,6 +88,8 @@ ServerHandoff ServerConn::Describe() const {
   out.backend_secret = backend_secret();
   out.created_at_us = absl::ToUnixMicros(created_at_);
   out.last_used_at_us = absl::ToUnixMicros(last_used_at_);
+  out.host = address_.host;
+  out.port = static_cast<uint32_t>(address_.port);
   out.login_params = login_params();
   const TrackedParamNames& tracked = pool_->context().tracked_params();
   const ParamSet& params = relay_.params();
@@ -156,8 +166,8 @@ void ServerConn::OnIoEvent(uint32_t events) {
     int err = net::PendingSocketError(fd_);
     if (err != 0) {
       PGFLEET_LOG(kWarning, "server_connect_failed", "server=", id_,
-                  " db=", base::LogQuote(pool_->db().name), " host=", pool_->db().host,
-                  " port=", pool_->db().port, " error=", base::LogQuote(strerror(err)));
+                  " db=", base::LogQuote(pool_->db().name), " host=", address_.host,
+                  " port=", address_.port, " error=", base::LogQuote(strerror(err)));
       Close("connect failed");
       return;
     }
@@ -214,7 +224,7 @@ void ServerConn::OnConnected() {
   // PostgreSQL answers 'N' on unix sockets, so asking there would only cost a round trip.
   const auto& tls = pool_->context().config().tls;
   if (ServerTlsWanted(tls.server_tls_sslmode) && pool_->context().tls().server != nullptr &&
-      !pool_->db().host.starts_with('/')) {
+      !address_.host.starts_with('/')) {
     protocol::StringSink sink;
     protocol::BuildSslRequest(sink);
     if (!SendSink(sink)) {
@@ -270,7 +280,7 @@ void ServerConn::HandleSslAnswer(uint32_t events) {
   }
   in_.Consume(1);
   const std::string verify_host =
-      mode == config::SslMode::kVerifyFull ? pool_->db().host : std::string();
+      mode == config::SslMode::kVerifyFull ? address_.host : std::string();
   if (auto status = StartTls(pool_->context().tls().server, verify_host); !status.ok()) {
     FailLogin(base::StrCat("cannot start TLS: ", base::Sv(status.message())));
     return;

@@ -28,10 +28,12 @@ class Pool;
 
 class ServerConn final : public net::Connection, public base::ListNode {
  public:
-  ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id);
+  // Connecting to `address`, one of the pool's database's hosts.
+  ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id, config::HostAddress address);
   // A server a sibling worker handed over (one pool per pod): logged in, idle, with what the
   // sibling knew of it.
-  ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id, const ServerHandoff& moved);
+  ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id, config::HostAddress address,
+             const ServerHandoff& moved);
   ~ServerConn() override;
 
   void OnIoEvent(uint32_t events) override;
@@ -40,6 +42,8 @@ class ServerConn final : public net::Connection, public base::ListNode {
   Pool* pool() const { return pool_; }
   ServerState state() const { return state_; }
   ClientConn* client() const { return client_; }
+  // The host it is connected to (cancels go there; SHOW SERVERS shows it).
+  const config::HostAddress& address() const { return address_; }
 
   // Link bookkeeping (Pool::Link/Unlink are the only callers).
   void Attach(ClientConn* client);
@@ -138,6 +142,7 @@ class ServerConn final : public net::Connection, public base::ListNode {
 
   Pool* pool_;
   uint64_t id_;
+  config::HostAddress address_;
   ServerState state_ = ServerState::kConnecting;
   ClientConn* client_ = nullptr;
   uint64_t link_generation_ = 0;

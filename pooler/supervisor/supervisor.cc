@@ -192,10 +192,12 @@ absl::Status Supervisor::StartMetrics() {
   options.version = PGFLEET_VERSION;
   options.worker_count = worker_count_;
   for (const auto& [name, db] : config_.databases) {
-    std::pair<std::string, int> target(db.host, db.port);
-    if (std::find(options.postgres.begin(), options.postgres.end(), target) ==
-        options.postgres.end()) {
-      options.postgres.push_back(target);
+    for (const config::HostAddress& address : db.Addresses()) {
+      std::pair<std::string, int> target(address.host, address.port);
+      if (std::find(options.postgres.begin(), options.postgres.end(), target) ==
+          options.postgres.end()) {
+        options.postgres.push_back(target);
+      }
     }
   }
   ASSIGN_OR_RETURN(exporter_, metrics::Exporter::Start(std::move(options), metrics_region_.get()));

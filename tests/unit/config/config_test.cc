@@ -23,7 +23,7 @@ Config WithDatabases() {
   Config config;
   DatabaseConfig app;
   app.name = "app";
-  app.host = "db1";
+  app.hosts = {"db1"};
   config.databases["app"] = app;
   DatabaseConfig renamed;
   renamed.name = "legacy";
@@ -38,7 +38,7 @@ TEST(FindDatabaseTest, ExactMatchFillsDbnameFromKey) {
   ASSERT_TRUE(db.has_value());
   EXPECT_EQ(db->name, "app");
   EXPECT_EQ(db->dbname, "app");
-  EXPECT_EQ(db->host, "db1");
+  EXPECT_EQ(db->hosts, std::vector<std::string>{"db1"});
   EXPECT_FALSE(db->from_fallback);
 }
 
@@ -59,19 +59,19 @@ TEST(FindDatabaseTest, FallbackFillsClientNameAndExactMatchStillWins) {
   Config config = WithDatabases();
   DatabaseConfig star;
   star.name = "*";
-  star.host = "fallback-host";
+  star.hosts = {"fallback-host"};
   config.databases["*"] = star;
 
   auto db = config.FindDatabase("analytics");
   ASSERT_TRUE(db.has_value());
   EXPECT_EQ(db->name, "analytics");
   EXPECT_EQ(db->dbname, "analytics");
-  EXPECT_EQ(db->host, "fallback-host");
+  EXPECT_EQ(db->hosts, std::vector<std::string>{"fallback-host"});
   EXPECT_TRUE(db->from_fallback);
 
   auto app = config.FindDatabase("app");
   ASSERT_TRUE(app.has_value());
-  EXPECT_EQ(app->host, "db1");
+  EXPECT_EQ(app->hosts, std::vector<std::string>{"db1"});
   EXPECT_FALSE(app->from_fallback);
   EXPECT_FALSE(config.FindDatabase("").has_value());
 }

@@ -55,8 +55,8 @@ TEST(ConfigTestdataTest, FullFileSetsEveryField) {
   EXPECT_EQ(c.listen.backlog, 4096);
   EXPECT_EQ(c.workers, "8");
   const DatabaseConfig& app = c.databases.at("app");
-  EXPECT_EQ(app.host, "db.internal");
-  EXPECT_EQ(app.port, 5433);
+  EXPECT_EQ(app.hosts, std::vector<std::string>{"db.internal"});
+  EXPECT_EQ(app.ports, std::vector<int>{5433});
   EXPECT_EQ(app.dbname, "app_production");
   EXPECT_EQ(app.user, "app_owner");
   EXPECT_EQ(app.password, "s3cret");
@@ -66,7 +66,7 @@ TEST(ConfigTestdataTest, FullFileSetsEveryField) {
   EXPECT_EQ(app.overrides.reserve_pool_size, 3);
   EXPECT_EQ(app.max_db_connections, 90);
   EXPECT_EQ(app.application_name, "pgfleet-app");
-  EXPECT_EQ(c.databases.at("reports").host, "/var/run/postgresql");
+  EXPECT_EQ(c.databases.at("reports").hosts, std::vector<std::string>{"/var/run/postgresql"});
   EXPECT_EQ(c.databases.at("reports").max_db_connections, 100);
   EXPECT_EQ(c.users.at("batch").pool_mode, PoolMode::kStatement);
   EXPECT_EQ(c.users.at("batch").max_user_connections, 7);

@@ -72,8 +72,8 @@ TEST(ValidateConfigTest, WorkersIsAutoOrPositive) {
 TEST(ValidateConfigTest, DatabaseChecks) {
   Config config = Valid();
   DatabaseConfig& app = config.databases["app"];
-  app.host = "";
-  app.port = 0;
+  app.hosts = {""};
+  app.ports = {0};
   app.overrides.pool_size = -1;
   const std::string error = ErrorOf(config);
   EXPECT_THAT(error, HasSubstr("databases.app.host: must not be empty"));

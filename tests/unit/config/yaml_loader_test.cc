@@ -73,8 +73,8 @@ TEST(YamlLoaderTest, DesignExampleLoadsWithEveryValue) {
   ASSERT_EQ(c.databases.size(), 2u);
   const DatabaseConfig& app = c.databases.at("app");
   EXPECT_EQ(app.name, "app");
-  EXPECT_EQ(app.host, "127.0.0.1");
-  EXPECT_EQ(app.port, 5432);
+  EXPECT_EQ(app.hosts, std::vector<std::string>{"127.0.0.1"});
+  EXPECT_EQ(app.ports, std::vector<int>{5432});
   EXPECT_EQ(app.dbname, "app");
   EXPECT_EQ(app.overrides.pool_mode, PoolMode::kTransaction);
   EXPECT_EQ(app.overrides.pool_size, 20);
@@ -82,8 +82,8 @@ TEST(YamlLoaderTest, DesignExampleLoadsWithEveryValue) {
   EXPECT_EQ(app.max_db_connections, 50);
   const DatabaseConfig& star = c.databases.at("*");
   EXPECT_EQ(star.name, "*");
-  EXPECT_EQ(star.host, "127.0.0.1");
-  EXPECT_EQ(star.port, 5432);
+  EXPECT_EQ(star.hosts, std::vector<std::string>{"127.0.0.1"});
+  EXPECT_EQ(star.ports, std::vector<int>{5432});
   EXPECT_EQ(star.dbname, "");
   EXPECT_EQ(c.pool.pool_mode, PoolMode::kTransaction);
   EXPECT_EQ(c.pool.default_pool_size, 20);
@@ -115,8 +115,8 @@ TEST(YamlLoaderTest, OmittedKeysTakeDefaults) {
   EXPECT_EQ(c.listen.backlog, 1024);
   EXPECT_EQ(c.workers, "auto");
   const DatabaseConfig& app = c.databases.at("app");
-  EXPECT_EQ(app.host, "127.0.0.1");
-  EXPECT_EQ(app.port, 5432);
+  EXPECT_EQ(app.hosts, std::vector<std::string>{"127.0.0.1"});
+  EXPECT_EQ(app.ports, std::vector<int>{5432});
   EXPECT_EQ(app.dbname, "");
   EXPECT_FALSE(app.overrides.pool_mode.has_value());
   EXPECT_FALSE(app.overrides.pool_size.has_value());
@@ -150,7 +150,7 @@ TEST(YamlLoaderTest, EmptySectionsTakeDefaults) {
   auto loaded = LoadConfigText("listen:\npool:\ndatabases:\n  app:\nusers:\n  bob:\n", kFile);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->listen.port, 6432);
-  EXPECT_EQ(loaded->databases.at("app").host, "127.0.0.1");
+  EXPECT_EQ(loaded->databases.at("app").hosts, std::vector<std::string>{"127.0.0.1"});
   EXPECT_EQ(loaded->users.at("bob").name, "bob");
 }
 
@@ -201,7 +201,7 @@ users:
   EXPECT_EQ(c.EffectiveReservePoolSize(*other), 2);
   EXPECT_EQ(app->dbname, "app");
   EXPECT_EQ(fallback->dbname, "reports");
-  EXPECT_EQ(fallback->host, "10.1.1.1");
+  EXPECT_EQ(fallback->hosts, std::vector<std::string>{"10.1.1.1"});
   EXPECT_TRUE(fallback->from_fallback);
 }
 
@@ -219,6 +219,43 @@ admin: {users: "admin,ops", stats_users: []}
   EXPECT_THAT(loaded->pool.ignore_startup_parameters, ElementsAre("extra_float_digits", "options"));
   EXPECT_THAT(loaded->admin.users, ElementsAre("admin", "ops"));
   EXPECT_TRUE(loaded->admin.stats_users.empty());
+}
+
+// libpq's multi-host settings: host and port lists as text or YAML lists.
+TEST(YamlLoaderTest, HostListsTargetSessionAttrsAndLoadBalancing) {
+  auto loaded = LoadConfigText(R"yaml(
+databases:
+  rw: {host: "pg-0.pg, pg-1.pg", port: 5432, target_session_attrs: read-write}
+  ro:
+    host: [pg-0.pg, pg-1.pg]
+    port: "5433,5434"
+    target_session_attrs: prefer-standby
+    load_balance_hosts: random
+)yaml",
+                               kFile);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const auto& rw = loaded->databases.at("rw");
+  EXPECT_THAT(rw.hosts, ElementsAre("pg-0.pg", "pg-1.pg"));
+  EXPECT_THAT(rw.ports, ElementsAre(5432));
+  EXPECT_EQ(rw.target_session_attrs, TargetSessionAttrs::kReadWrite);
+  EXPECT_EQ(rw.load_balance_hosts, LoadBalanceHosts::kDisable);
+  const auto& ro = loaded->databases.at("ro");
+  EXPECT_EQ(ro.Addresses(), (std::vector<HostAddress>{{"pg-0.pg", 5433}, {"pg-1.pg", 5434}}));
+  EXPECT_EQ(ro.target_session_attrs, TargetSessionAttrs::kPreferStandby);
+  EXPECT_EQ(ro.load_balance_hosts, LoadBalanceHosts::kRandom);
+
+  EXPECT_THAT(ErrorOf("databases: {app: {host: 'a,b,c', port: '5432,5433'}}\n"),
+              HasSubstr("databases.app.port: must be one port for every host or one per host "
+                        "(3 hosts, 2 ports)"));
+  EXPECT_THAT(ErrorOf("databases: {app: {host: 'a,,b'}}\n"),
+              HasSubstr("databases.app.host: must not name an empty host"));
+  EXPECT_THAT(ErrorOf("databases: {app: {port: '5432,x'}}\n"),
+              HasSubstr("databases.app.port: expected a port or a list of ports"));
+  EXPECT_THAT(ErrorOf("databases: {app: {target_session_attrs: primary-ish}}\n"),
+              HasSubstr("databases.app.target_session_attrs: expected one of any, read-write, "
+                        "read-only, primary, standby, prefer-standby"));
+  EXPECT_THAT(ErrorOf("databases: {app: {load_balance_hosts: yes}}\n"),
+              HasSubstr("databases.app.load_balance_hosts: expected one of disable, random"));
 }
 
 TEST(YamlLoaderTest, PeeringAndControllerAreTypedAndUnknownPeeringKeysOnlyWarn) {
