@@ -107,6 +107,10 @@ void AddWorkerStats(const WorkerStats& from, AddMode mode, WorkerStats* into) {
       target->set_current(target->current() + b.current());
     }
   }
+  // Hosts are a state, not a count: the live process's view (the one whose gauges count).
+  if (gauges) {
+    for (const auto& h : from.hosts()) *into->add_hosts() = h;
+  }
   // Errors by class.
   for (const auto& e : from.errors()) {
     peering::v1::ErrorClassCount* target = nullptr;

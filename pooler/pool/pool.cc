@@ -293,7 +293,7 @@ void Pool::OnServerReady(ServerConn* server) {
   if (!AcceptLogin(server)) {
     // Not a failed login: the host answered, it is just not the kind this entry wants. Another
     // host is tried at once; this one again after HostSelector::kRoleRecheck.
-    MoveServer(server, ServerState::kTesting);
+    server->MarkHostRejected();
     server->Close("host does not match target_session_attrs");
     ScheduleServeWaiting();
     return;
@@ -509,7 +509,8 @@ void Pool::RemoveServer(ServerConn* server) {
   MoveServer(server, ServerState::kClosed);
   registry_->budget().Closed(server->room());
   registry_->DeleteServer(server);
-  if (old_state == ServerState::kConnecting || old_state == ServerState::kLogin) {
+  if ((old_state == ServerState::kConnecting || old_state == ServerState::kLogin) &&
+      !server->host_rejected()) {
     // A refused or timed-out connect costs PostgreSQL nothing, so the host is retried at least
     // every second: once it is back, clients must be served within 2 s, however long it was gone.
     if (const auto host = HostOf(server)) {

@@ -61,7 +61,10 @@ void PoolRegistry::OnHostRole(const config::HostAddress& address, bool in_hot_st
                               absl::Time now) {
   for (auto& [database, hosts] : hosts_by_database_) {
     const std::optional<size_t> host = hosts->IndexOf(address);
-    if (!host.has_value() || !hosts->OnHotStandbyReport(*host, in_hot_standby, now)) continue;
+    if (!host.has_value()) continue;
+    // First news of a host is no change of role: nothing of it is pooled in this database yet.
+    const bool known = hosts->status(*host).role != HostRole::kUnknown;
+    if (!hosts->OnHotStandbyReport(*host, in_hot_standby, now) || !known) continue;
     PGFLEET_LOG(kWarning, "server_host_role_changed", "db=", base::LogQuote(database),
                 " host=", address.host, " port=", address.port,
                 " in_hot_standby=", in_hot_standby ? "on" : "off", " target_session_attrs=",

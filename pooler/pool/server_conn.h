@@ -78,6 +78,10 @@ class ServerConn final : public net::Connection, public base::ListNode {
   const ServerRoom& room() const { return room_; }
   void set_room(ServerRoom room) { room_ = std::move(room); }
 
+  // Logged in to a host that does not fit target_session_attrs: its close is no failed login.
+  void MarkHostRejected() { host_rejected_ = true; }
+  bool host_rejected() const { return host_rejected_; }
+
   // Close instead of returning to the pool at the next release (reload, RECONNECT, lifetime).
   void MarkCloseOnRelease() { close_on_release_ = true; }
   bool close_on_release() const { return close_on_release_; }
@@ -149,6 +153,7 @@ class ServerConn final : public net::Connection, public base::ListNode {
 
   ServerRoom room_;
   bool close_on_release_ = false;
+  bool host_rejected_ = false;
   bool awaiting_ssl_answer_ = false;
   int cancels_in_flight_ = 0;
 

@@ -137,6 +137,78 @@ PgServer::PgServer() : bindir_(FindBindir()), port_(FreePort()), shared_(true) {
 
 PgServer::PgServer(int port) : bindir_(FindBindir()), port_(port) { Init(); }
 
+PgServer::PgServer(const PgServerOptions& options)
+    : bindir_(options.bindir.empty() ? FindBindir() : options.bindir),
+      port_(options.port != 0 ? options.port : FreePort()) {
+  Init();
+}
+
+std::unique_ptr<PgServer> PgServer::StandbyOf(const PgServer& primary,
+                                              const PgServerOptions& options) {
+  // The private constructor runs no initdb: the base backup is the data directory.
+  std::unique_ptr<PgServer> standby(new PgServer(primary.bindir_, options));
+  standby->BaseBackupFrom(primary);
+  standby->Start();
+  standby->WaitForRecovery(true);
+  return standby;
+}
+
+PgServer::PgServer(const std::string& default_bindir, const PgServerOptions& options)
+    : bindir_(options.bindir.empty() ? default_bindir : options.bindir),
+      port_(options.port != 0 ? options.port : FreePort()) {
+  char tmpl[] = "/tmp/pgfleet-pg-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) Die("mkdtemp failed");
+  dir_ = tmpl;
+  if (geteuid() == 0) RunCommand(absl::StrCat("chown postgres: ", dir_));
+}
+
+void PgServer::BaseBackupFrom(const PgServer& primary) {
+  RunAsOwner(absl::StrCat("rm -rf ", dir_, "/data"));
+  // -R writes standby.signal and primary_conninfo; -X stream brings the WAL the copy needs.
+  RunAsOwner(absl::StrCat(bindir_, "/pg_basebackup -h 127.0.0.1 -p ", primary.port_,
+                          " -U postgres -D ", dir_, "/data -R -X stream --no-sync >", dir_,
+                          "/basebackup.log 2>&1"));
+  // The copied postgresql.conf names the primary's port and socket directory: later lines win.
+  WriteFile(absl::StrCat(dir_, "/data/postgresql.conf"),
+            absl::StrCat(ReadFile(absl::StrCat(dir_, "/data/postgresql.conf")), "\nport = ", port_,
+                         "\nunix_socket_directories = '", dir_, "'\nhot_standby = on\n"));
+}
+
+void PgServer::RebuildAsStandbyOf(const PgServer& new_primary) {
+  Stop();
+  BaseBackupFrom(new_primary);
+  Start();
+  WaitForRecovery(true);
+}
+
+void PgServer::Promote() {
+  RunAsOwner(absl::StrCat(bindir_, "/pg_ctl -D ", dir_, "/data -w -t 60 promote >/dev/null"));
+  WaitForRecovery(false);
+}
+
+bool PgServer::InRecovery() const { return TryQueryValue("SELECT pg_is_in_recovery()") == "t"; }
+
+void PgServer::WaitForRecovery(bool in_recovery) const {
+  const std::string want = in_recovery ? "t" : "f";
+  if (!WaitFor([&] { return TryQueryValue("SELECT pg_is_in_recovery()") == want; },
+               std::chrono::seconds(60), std::chrono::milliseconds(50))) {
+    Die(absl::StrCat("PostgreSQL on port ", port_, " did not ", in_recovery ? "enter" : "leave",
+                     " recovery in 60 s:\n", ReadFile(absl::StrCat(dir_, "/postgres.log"))));
+  }
+}
+
+std::optional<std::string> PgServer::TryQueryValue(const std::string& sql) const {
+  PGconn* conn = PQconnectdb(ConnString().c_str());
+  std::optional<std::string> value;
+  if (PQstatus(conn) == CONNECTION_OK) {
+    PGresult* res = PQexec(conn, sql.c_str());
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) > 0) value = PQgetvalue(res, 0, 0);
+    PQclear(res);
+  }
+  PQfinish(conn);
+  return value;
+}
+
 void PgServer::Init() {
   char tmpl[] = "/tmp/pgfleet-pg-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) Die("mkdtemp failed");
@@ -158,7 +230,10 @@ void PgServer::Init() {
             "host all aqmd5 127.0.0.1/32 md5\n"
             "host all aqscram 127.0.0.1/32 scram-sha-256\n"
             "local all all trust\n"
-            "host all all 127.0.0.1/32 trust\n");
+            "host all all 127.0.0.1/32 trust\n"
+            // Standbys of tests (PgServer::StandbyOf) stream from loopback.
+            "local replication all trust\n"
+            "host replication all 127.0.0.1/32 trust\n");
 }
 
 PgServer::~PgServer() {

@@ -4,9 +4,16 @@
 // server logs its version() once, and PG_EXPECT_MAJOR, when set, must be its major.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 
 namespace pgfleet::testing {
+
+struct PgServerOptions {
+  std::string bindir;  // empty: PG_BINDIR, else Debian's newest
+  int port = 0;        // 0: FreePort()
+};
 
 class PgServer {
  public:
@@ -16,6 +23,20 @@ class PgServer {
   // A server of its own on `port`, for tests that need PostgreSQL to appear on an address later:
   // initdb runs here, Start() starts it. Stopped, and its directory removed, when destroyed.
   explicit PgServer(int port);
+  // The same with a chosen major's binaries (or the default) and port (or a free one).
+  explicit PgServer(const PgServerOptions& options);
+
+  // A streaming standby of the running `primary` (pg_basebackup -R from it), on its own port,
+  // started and in recovery when this returns.
+  static std::unique_ptr<PgServer> StandbyOf(const PgServer& primary,
+                                             const PgServerOptions& options = {});
+  // pg_ctl promote; returns once the server is out of recovery.
+  void Promote();
+  // A stopped former primary becomes a standby of `new_primary`: its data directory is replaced
+  // by a base backup of the new primary's; it keeps its port, and is started and in recovery when
+  // this returns.
+  void RebuildAsStandbyOf(const PgServer& new_primary);
+  bool InRecovery() const;
   PgServer(const PgServer&) = delete;
   PgServer& operator=(const PgServer&) = delete;
   ~PgServer();
@@ -42,8 +63,16 @@ class PgServer {
 
  private:
   PgServer();
+  // A server without a data directory yet (StandbyOf).
+  PgServer(const std::string& default_bindir, const PgServerOptions& options);
   void Init();
   void RunAsOwner(const std::string& command) const;
+  // The data directory from a base backup of `primary`, configured as this server's standby.
+  void BaseBackupFrom(const PgServer& primary);
+  // QueryValue that answers nullopt instead of aborting (for polls while a server starts).
+  std::optional<std::string> TryQueryValue(const std::string& sql) const;
+  // Waits (bounded) until pg_is_in_recovery() is `in_recovery`; aborts with a message otherwise.
+  void WaitForRecovery(bool in_recovery) const;
 
   std::string dir_;
   std::string bindir_;
