@@ -125,7 +125,19 @@ struct PoolConfig {
   absl::Duration cancel_wait_timeout = absl::Seconds(10);
   // SIGTERM/SIGINT: how long clients may finish their transactions before they are closed.
   absl::Duration shutdown_timeout = absl::Seconds(30);
-  std::vector<std::string> track_extra_parameters = {"IntervalStyle"};
+  // Beyond the five always tracked (param_sync.h): by default every other parameter PostgreSQL
+  // reports (GUC_REPORT) and a client may set, as PgBouncer 1.26 does, so that a client's SET of
+  // it follows the client instead of leaking to the next one on the server. search_path is
+  // reported from PostgreSQL 18, scram_iterations from 16; where a server does not report one, a
+  // SET of it inside a session cannot be seen (only its startup value is applied).
+  // default_transaction_read_only is tracked too: a client's own SET must not make a server
+  // read-only for others. Judging a host's role reads the login's value, which no client set.
+  std::vector<std::string> track_extra_parameters = {"IntervalStyle", "search_path",
+                                                     "default_transaction_read_only",
+                                                     "scram_iterations"};
+  // Whether the config file names track_extra_parameters: only then does a name that the server
+  // does not report get a warning (the defaults name some that older servers never report).
+  bool track_extra_parameters_configured = false;
   std::vector<std::string> ignore_startup_parameters;  // e.g. extra_float_digits
   int max_packet_size = 2147483647;
   // Clients of one worker between their startup packet and the end of authentication (password

@@ -270,6 +270,13 @@ class Section {
     out = std::move(ports);
   }
 
+  // Whether the YAML gives `key` (for settings whose default behaves differently from the same
+  // value written out).
+  bool Has(absl::string_view key) const {
+    return std::any_of(entries_.begin(), entries_.end(),
+                       [&](const Entry& e) { return e.key == key; });
+  }
+
   // Marks `key` known and returns its value for a nested reader; nullptr when absent.
   const YAML::Node* Child(absl::string_view key, int* line = nullptr) {
     Entry* e = Take(key);
@@ -395,6 +402,7 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.Duration("idle_transaction_timeout", pool.idle_transaction_timeout);
   s.Duration("cancel_wait_timeout", pool.cancel_wait_timeout);
   s.Duration("shutdown_timeout", pool.shutdown_timeout);
+  pool.track_extra_parameters_configured = s.Has("track_extra_parameters");
   s.StringList("track_extra_parameters", pool.track_extra_parameters);
   s.StringList("ignore_startup_parameters", pool.ignore_startup_parameters);
   s.Int("max_packet_size", pool.max_packet_size);

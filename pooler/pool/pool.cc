@@ -68,6 +68,11 @@ void Pool::ApplyConfig(const config::DatabaseConfig& db) {
     }
     CloseIdleServers("database settings changed");
     welcome_known_ = false;
+  } else if (welcome_known_ && login_server_count() == 0) {
+    // SIGHUP refreshes what new clients are told without closing anything: one new login where
+    // the pool has room (LearnWelcome), as every later login does; a full pool keeps the last
+    // login's values until its next one.
+    LaunchServer(ServerBudget::Purpose::kPoolSize);
   }
   PublishPodCounts();
 }
@@ -329,6 +334,7 @@ void Pool::WarnUnreportedTrackedParameters() const {
   for (const auto& [name, value] : welcome_params_) {
     if (name == "server_version") version = value;
   }
+  if (!context_.config().pool.track_extra_parameters_configured) return;
   for (const auto& wanted : context_.config().pool.track_extra_parameters) {
     const bool reported =
         std::any_of(welcome_params_.begin(), welcome_params_.end(),
@@ -382,7 +388,16 @@ void Pool::OnServerLoginFailed(ServerConn* server, std::span<const uint8_t> erro
 }
 
 void Pool::OnHotStandbyReport(ServerConn* server, bool in_hot_standby) {
-  registry_->OnHostRole(server->address(), in_hot_standby, context_.loop().now());
+  const absl::Time now = context_.loop().now();
+  registry_->OnHostRole(server->address(), in_hot_standby, now);
+  // New clients are told the role as it is now (libpq's target_session_attrs reads it), not as
+  // the last login found it; where the host no longer fits, its servers are leaving and what
+  // clients hear stays that of the kind they will get.
+  const std::optional<size_t> host = HostOf(server);
+  if (!host.has_value() || !hosts_.Serves(*host, now)) return;
+  for (auto& [name, value] : welcome_params_) {
+    if (name == "in_hot_standby") value = in_hot_standby ? "on" : "off";
+  }
 }
 
 void Pool::OnReadOnlyError(ServerConn* server) {
@@ -509,6 +524,14 @@ void Pool::RemoveServer(ServerConn* server) {
   MoveServer(server, ServerState::kClosed);
   registry_->budget().Closed(server->room());
   registry_->DeleteServer(server);
+  if (servers_.size(ServerState::kIdle) + servers_.size(ServerState::kActive) +
+          servers_.size(ServerState::kTesting) + servers_.size(ServerState::kCanceling) +
+          servers_.size(ServerState::kDraining) ==
+      0) {
+    // No server of the last generation is left: the next may be another (a restarted, replaced
+    // or promoted PostgreSQL), so new clients wait for its login to hear what it reports.
+    welcome_known_ = false;
+  }
   if ((old_state == ServerState::kConnecting || old_state == ServerState::kLogin) &&
       !server->host_rejected()) {
     // A refused or timed-out connect costs PostgreSQL nothing, so the host is retried at least
