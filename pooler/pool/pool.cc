@@ -89,6 +89,8 @@ void Pool::AddClient(ClientConn* client) {
     if (!client->closed()) client->OnServerReleased();
     return;
   }
+  // Its wait for the pool's first server counts as waiting in the pod (PublishPodCounts).
+  client->set_wait_started_at(context_.loop().now());
   MoveClient(client, ClientState::kWelcome);
   if (login_server_count() == 0 && servers_[ServerState::kIdle].empty() &&
       !LaunchServer(ServerBudget::Purpose::kPoolSize) && CanLaunch()) {
@@ -229,9 +231,12 @@ void Pool::MoveServer(ServerConn* server, ServerState to, bool front) {
 }
 
 void Pool::MoveClient(ClientConn* client, ClientState to) {
-  const bool was_waiting = client->state() == ClientState::kWaiting;
+  const auto counted = [](ClientState s) {
+    return s == ClientState::kWaiting || s == ClientState::kWelcome;
+  };
+  const bool was_counted = counted(client->state());
   clients_.Move(client, to);
-  if (was_waiting != (to == ClientState::kWaiting)) PublishPodCounts();
+  if (was_counted || counted(to)) PublishPodCounts();
 }
 
 const std::optional<PodKeys>& Pool::PodKeysOf() const {
@@ -249,7 +254,13 @@ void Pool::PublishPodCounts() {
   // Siblings only need to know whether this worker has an idle server: publishing 0 or 1 keeps
   // the shared cache line quiet while a busy worker's idle count moves between 1 and many.
   const int idle = idle_server_count() > 0 ? 1 : 0;
-  const int waiting = static_cast<int>(waiting_count());
+  // Clients waiting to be welcomed wait for a server as much as queued ones: a sibling whose
+  // servers are never idle under its own load must still yield one (YieldToSibling), or they
+  // wait until their connect timeout. One server welcomes them all, so they count as one.
+  const ClientConn* oldest = clients_[ClientState::kWaiting].front();
+  const bool needs_welcome = !welcome_known_ && welcome_client_count() > 0;
+  if (oldest == nullptr && needs_welcome) oldest = clients_[ClientState::kWelcome].front();
+  const int waiting = static_cast<int>(waiting_count()) + (needs_welcome ? 1 : 0);
   if (idle != published_idle_) {
     // Under the database's and the user's keys too: a sibling short of room in either budget
     // finds a worker that can close an idle server for it (AskSiblingForRoom).
@@ -262,7 +273,6 @@ void Pool::PublishPodCounts() {
   published_idle_ = idle;
   published_waiting_ = waiting;
   // The queue is FIFO: its front waited longest.
-  const ClientConn* oldest = clients_[ClientState::kWaiting].front();
   const int64_t since = oldest != nullptr ? absl::ToUnixMicros(oldest->wait_started_at()) : 0;
   if (since != published_oldest_wait_us_) {
     pod.SetOldestWait(keys->pool, since);

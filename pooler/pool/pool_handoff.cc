@@ -94,7 +94,7 @@ bool Pool::YieldToSibling(ServerConn* server) {
   if (!keys.has_value()) return false;
   budget::PodServerCounts& pod = registry_->budget().pod();
   // Nobody else in the pod waits: the common case, one load.
-  if (pod.WaitingTotal(keys->pool) <= static_cast<int>(waiting_count())) return false;
+  if (pod.WaitingTotal(keys->pool) <= published_waiting_) return false;
   // Every worker's clients wait for the pod's busy servers. A released server stays for this
   // worker's queue unless a sibling's client has waited clearly longer (kYieldAfter).
   const auto oldest = pod.OldestWaitingSibling(keys->pool);
