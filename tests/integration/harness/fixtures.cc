@@ -47,7 +47,7 @@ int ServerConnectionsFor(const std::string& user, const std::string& since) {
   return std::stoi(PgServer::Shared().QueryValue(absl::StrCat(
       "SELECT count(*) FROM pg_stat_activity WHERE usename = '", user,
       "' AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND backend_start >= '",
-      since, "'")));
+      since, "' AND application_name <> '", PgServer::kProbeApplicationName, "'")));
 }
 
 namespace {
@@ -82,6 +82,5 @@ pid_t PodLeasePid(pid_t supervisor) {
   }
   return -1;
 }
-
 
 }  // namespace pgfleet::testing

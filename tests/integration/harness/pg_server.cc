@@ -198,7 +198,10 @@ void PgServer::WaitForRecovery(bool in_recovery) const {
 }
 
 std::optional<std::string> PgServer::TryQueryValue(const std::string& sql) const {
-  PGconn* conn = PQconnectdb(ConnString().c_str());
+  // Named, so that counts of server connections leave out the backends of earlier probes, which
+  // PostgreSQL may still list for a moment after they disconnected.
+  PGconn* conn =
+      PQconnectdb(absl::StrCat(ConnString(), " application_name=", kProbeApplicationName).c_str());
   std::optional<std::string> value;
   if (PQstatus(conn) == CONNECTION_OK) {
     PGresult* res = PQexec(conn, sql.c_str());

@@ -17,6 +17,9 @@ struct PgServerOptions {
 
 class PgServer {
  public:
+  // The application_name of the harness's own one-query connections (QueryValue).
+  static constexpr const char* kProbeApplicationName = "pgfleet_harness_probe";
+
   // The one server shared by every test in this process (started on first use).
   static PgServer& Shared();
 

@@ -1,0 +1,364 @@
+#include "pooler/sql/statement_classifier.h"
+
+#include <pg_query.h>
+
+#include <array>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "pg_query.pb.h"
+#include "pooler/base/strings.h"
+
+namespace pgfleet::sql {
+namespace {
+
+// The first words of the statements that can change a session (lower case).
+constexpr std::array<std::string_view, 11> kSessionVerbs = {
+    "set",   "reset",  "discard",  "prepare", "deallocate", "declare",
+    "close", "listen", "unlisten", "create",  "drop"};
+
+// Skips white space and comments (-- and /* */, not nested: enough to find the first word).
+size_t SkipBlanks(std::string_view sql, size_t pos) {
+  while (pos < sql.size()) {
+    const char c = sql[pos];
+    if (absl::ascii_isspace(static_cast<unsigned char>(c)) || c == '(') {
+      ++pos;
+    } else if (c == '-' && pos + 1 < sql.size() && sql[pos + 1] == '-') {
+      const size_t end = sql.find('\n', pos);
+      pos = end == std::string_view::npos ? sql.size() : end + 1;
+    } else if (c == '/' && pos + 1 < sql.size() && sql[pos + 1] == '*') {
+      const size_t end = sql.find("*/", pos + 2);
+      pos = end == std::string_view::npos ? sql.size() : end + 2;
+    } else {
+      break;
+    }
+  }
+  return pos;
+}
+
+// Whether an underscore at `at` belongs to "advisory_" (pg_advisory_lock and its kin) or
+// "set_config": the only function calls that change a session. memchr finds underscores fast.
+bool NamesSessionFunction(std::string_view sql, size_t at) {
+  constexpr std::string_view kAdvisory = "advisory";
+  constexpr std::string_view kSet = "set";
+  constexpr std::string_view kConfig = "_config";
+  if (at >= kAdvisory.size() &&
+      absl::EqualsIgnoreCase(base::Av(sql.substr(at - kAdvisory.size(), kAdvisory.size())),
+                             base::Av(kAdvisory))) {
+    return true;
+  }
+  return at >= kSet.size() &&
+         absl::EqualsIgnoreCase(base::Av(sql.substr(at - kSet.size(), kSet.size())),
+                                base::Av(kSet)) &&
+         absl::StartsWithIgnoreCase(base::Av(sql.substr(at)), base::Av(kConfig));
+}
+
+std::string Lower(std::string_view s) { return absl::AsciiStrToLower(base::Av(s)); }
+
+// The last component of a qualified name (a List of String nodes).
+std::string LastName(const google::protobuf::RepeatedPtrField<pg_query::Node>& names) {
+  if (names.empty() || !names.rbegin()->has_string()) return "";
+  return names.rbegin()->string().sval();
+}
+
+// A SQL string literal; the E'' form (backslashes doubled) when the value holds any.
+std::string QuoteLiteral(std::string_view value) {
+  const bool escape = value.find('\\') != std::string_view::npos;
+  std::string out = escape ? "E'" : "'";
+  for (char c : value) {
+    if (c == '\'' || (escape && c == '\\')) out.push_back(c);
+    out.push_back(c);
+  }
+  out.push_back('\'');
+  return out;
+}
+
+std::string QuoteIdentifier(std::string_view name) {
+  std::string out = "\"";
+  for (char c : name) {
+    if (c == '"') out.push_back('"');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+// A constant's text, when the node is one (a string, number or boolean, cast or not).
+bool ConstantText(const pg_query::Node& node, std::string* text) {
+  if (node.has_type_cast()) return ConstantText(node.type_cast().arg(), text);
+  if (!node.has_a_const()) return false;
+  const auto& c = node.a_const();
+  if (c.has_sval()) {
+    *text = c.sval().sval();
+  } else if (c.has_ival()) {
+    *text = base::StrCat(c.ival().ival());
+  } else if (c.has_fval()) {
+    *text = c.fval().fval();
+  } else if (c.has_boolval()) {
+    *text = c.boolval().boolval() ? "true" : "false";
+  } else {
+    return false;
+  }
+  return true;
+}
+
+class Walker {
+ public:
+  explicit Walker(std::string_view sql) : sql_(sql) {}
+
+  void Statement(const pg_query::RawStmt& raw) {
+    const size_t begin = static_cast<size_t>(raw.stmt_location());
+    const size_t len =
+        raw.stmt_len() == 0 ? std::string_view::npos : static_cast<size_t>(raw.stmt_len());
+    const std::string_view text = begin <= sql_.size() ? sql_.substr(begin, len) : sql_;
+    const pg_query::Node& node = raw.stmt();
+    switch (node.node_case()) {
+      case pg_query::Node::kVariableSetStmt:
+        VariableSet(node.variable_set_stmt(), text);
+        break;
+      case pg_query::Node::kDiscardStmt:
+        switch (node.discard_stmt().target()) {
+          case pg_query::DISCARD_ALL:
+            Add(EffectKind::kDiscardAll);
+            break;
+          case pg_query::DISCARD_TEMP:
+            Add(EffectKind::kDiscardTemp);
+            break;
+          default:
+            break;
+        }
+        break;
+      case pg_query::Node::kCreateStmt:
+        CreateTemp(node.create_stmt().relation(),
+                   node.create_stmt().oncommit() == pg_query::ONCOMMIT_DROP);
+        break;
+      case pg_query::Node::kCreateTableAsStmt:
+        CreateTemp(node.create_table_as_stmt().into().rel(),
+                   node.create_table_as_stmt().into().on_commit() == pg_query::ONCOMMIT_DROP);
+        break;
+      case pg_query::Node::kViewStmt:
+        CreateTemp(node.view_stmt().view(), false);
+        break;
+      case pg_query::Node::kCreateSeqStmt:
+        CreateTemp(node.create_seq_stmt().sequence(), false);
+        break;
+      case pg_query::Node::kSelectStmt:
+        if (node.select_stmt().has_into_clause()) {
+          CreateTemp(node.select_stmt().into_clause().rel(),
+                     node.select_stmt().into_clause().on_commit() == pg_query::ONCOMMIT_DROP);
+        }
+        FunctionCalls(node, text);
+        break;
+      case pg_query::Node::kDropStmt: {
+        const auto& drop = node.drop_stmt();
+        const auto type = drop.remove_type();
+        if (type != pg_query::OBJECT_TABLE && type != pg_query::OBJECT_VIEW &&
+            type != pg_query::OBJECT_SEQUENCE) {
+          break;
+        }
+        for (const auto& object : drop.objects()) {
+          if (object.has_list()) Add(EffectKind::kDrop, LastName(object.list().items()));
+        }
+        break;
+      }
+      case pg_query::Node::kPrepareStmt:
+        Add(EffectKind::kPrepare, node.prepare_stmt().name());
+        break;
+      case pg_query::Node::kDeallocateStmt:
+        if (node.deallocate_stmt().name().empty()) {
+          Add(EffectKind::kDeallocateAll);
+        } else {
+          Add(EffectKind::kDeallocate, node.deallocate_stmt().name());
+        }
+        break;
+      case pg_query::Node::kDeclareCursorStmt: {
+        constexpr int kCursorOptHold = 0x0020;  // CURSOR_OPT_HOLD in PostgreSQL's parsenodes.h
+        if ((node.declare_cursor_stmt().options() & kCursorOptHold) != 0) {
+          Add(EffectKind::kDeclareHold, node.declare_cursor_stmt().portalname());
+        }
+        break;
+      }
+      case pg_query::Node::kClosePortalStmt:
+        if (node.close_portal_stmt().portalname().empty()) {
+          Add(EffectKind::kCloseAll);
+        } else {
+          Add(EffectKind::kClose, node.close_portal_stmt().portalname());
+        }
+        break;
+      case pg_query::Node::kListenStmt:
+        Add(EffectKind::kListen, node.listen_stmt().conditionname());
+        break;
+      case pg_query::Node::kUnlistenStmt:
+        if (node.unlisten_stmt().conditionname().empty()) {
+          Add(EffectKind::kUnlistenAll);
+        } else {
+          Add(EffectKind::kUnlisten, node.unlisten_stmt().conditionname());
+        }
+        break;
+      case pg_query::Node::kTransactionStmt:
+      case pg_query::Node::kVariableShowStmt:
+        break;
+      default:
+        // INSERT ... SELECT pg_advisory_lock(), CALL, VALUES: function calls anywhere.
+        FunctionCalls(node, text);
+        break;
+    }
+  }
+
+  Effects Take() { return std::move(effects_); }
+
+ private:
+  void Add(EffectKind kind, std::string name = "") {
+    effects_.push_back(Effect{kind, std::move(name), "", ""});
+  }
+
+  void VariableSet(const pg_query::VariableSetStmt& set, std::string_view text) {
+    if (set.is_local()) return;  // SET LOCAL lasts as long as its transaction
+    const std::string name = Lower(set.name());
+    switch (set.kind()) {
+      case pg_query::VAR_SET_VALUE:
+      case pg_query::VAR_SET_CURRENT: {
+        Effect effect{EffectKind::kSet, name, std::string(text), ""};
+        // SET ROLE and SET SESSION AUTHORIZATION have RESET forms of their own names.
+        effect.reset_sql =
+            base::StrCat("RESET ", name == "session_authorization" ? "SESSION AUTHORIZATION"
+                                                                   : QuoteIdentifier(name));
+        effects_.push_back(std::move(effect));
+        break;
+      }
+      case pg_query::VAR_SET_MULTI:
+        // SET TRANSACTION ... lasts one transaction; SET SESSION CHARACTERISTICS AS TRANSACTION
+        // sets the three default_transaction_* settings.
+        if (name == "session characteristics") {
+          effects_.push_back(Effect{EffectKind::kSet, name, std::string(text),
+                                    "RESET default_transaction_isolation; "
+                                    "RESET default_transaction_read_only; "
+                                    "RESET default_transaction_deferrable"});
+        }
+        break;
+      case pg_query::VAR_SET_DEFAULT:
+      case pg_query::VAR_RESET:
+        Add(EffectKind::kReset, name);
+        break;
+      case pg_query::VAR_RESET_ALL:
+        Add(EffectKind::kResetAll);
+        break;
+      default:
+        break;
+    }
+  }
+
+  void CreateTemp(const pg_query::RangeVar& rel, bool dropped_at_commit) {
+    // ON COMMIT DROP: gone with its transaction, nothing outlives it.
+    if (rel.relpersistence() == "t" && !dropped_at_commit)
+      Add(EffectKind::kCreateTemp, rel.relname());
+  }
+
+  // Advisory lock functions and set_config() wherever they are called in the statement.
+  void FunctionCalls(const pg_query::Node& node, std::string_view text) {
+    bool named = false;
+    for (size_t at = text.find('_'); at != std::string_view::npos; at = text.find('_', at + 1)) {
+      if (NamesSessionFunction(text, at)) {
+        named = true;
+        break;
+      }
+    }
+    if (named) Visit(node);
+  }
+
+  void Visit(const google::protobuf::Message& message) {
+    if (const auto* call = dynamic_cast<const pg_query::FuncCall*>(&message)) OnCall(*call);
+    const auto* reflection = message.GetReflection();
+    std::vector<const google::protobuf::FieldDescriptor*> fields;
+    reflection->ListFields(message, &fields);
+    for (const auto* field : fields) {
+      if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+      if (field->is_repeated()) {
+        const int n = reflection->FieldSize(message, field);
+        for (int i = 0; i < n; ++i) Visit(reflection->GetRepeatedMessage(message, field, i));
+      } else {
+        Visit(reflection->GetMessage(message, field));
+      }
+    }
+  }
+
+  void OnCall(const pg_query::FuncCall& call) {
+    const std::string name = Lower(LastName(call.funcname()));
+    if (name == "pg_advisory_lock" || name == "pg_advisory_lock_shared" ||
+        name == "pg_try_advisory_lock" || name == "pg_try_advisory_lock_shared") {
+      Add(EffectKind::kAdvisoryLock);
+    } else if (name == "pg_advisory_unlock" || name == "pg_advisory_unlock_shared") {
+      Add(EffectKind::kAdvisoryUnlock);
+    } else if (name == "pg_advisory_unlock_all") {
+      Add(EffectKind::kAdvisoryUnlockAll);
+    } else if (name == "set_config" && call.args_size() == 3) {
+      std::string setting, value, is_local;
+      if (!ConstantText(call.args(0), &setting) || !ConstantText(call.args(1), &value) ||
+          !ConstantText(call.args(2), &is_local)) {
+        return;  // computed: nothing pgfleet could replay
+      }
+      is_local = Lower(is_local);
+      if (is_local == "true" || is_local == "t" || is_local == "on" || is_local == "1") return;
+      setting = Lower(setting);
+      effects_.push_back(Effect{EffectKind::kSet, setting,
+                                base::StrCat("SELECT pg_catalog.set_config(", QuoteLiteral(setting),
+                                             ", ", QuoteLiteral(value), ", false)"),
+                                base::StrCat("RESET ", QuoteIdentifier(setting))});
+    }
+  }
+
+  std::string_view sql_;
+  Effects effects_;
+};
+
+}  // namespace
+
+bool MayChangeSession(std::string_view sql) {
+  const size_t start = SkipBlanks(sql, 0);
+  size_t end = start;
+  while (end < sql.size() && end - start <= 10 &&
+         absl::ascii_isalpha(static_cast<unsigned char>(sql[end]))) {
+    ++end;
+  }
+  const std::string_view verb = sql.substr(start, end - start);
+  for (std::string_view v : kSessionVerbs) {
+    if (absl::EqualsIgnoreCase(base::Av(verb), base::Av(v))) return true;
+  }
+  // Several statements in one Query: "BEGIN; SET ...; COMMIT". A ';' at the very end is one.
+  for (size_t at = sql.find(';', end); at != std::string_view::npos; at = sql.find(';', at + 1)) {
+    if (SkipBlanks(sql, at + 1) < sql.size() && sql[SkipBlanks(sql, at + 1)] != ';') return true;
+  }
+  for (size_t at = sql.find('_', end); at != std::string_view::npos; at = sql.find('_', at + 1)) {
+    if (NamesSessionFunction(sql, at)) return true;
+  }
+  return false;
+}
+
+Classification Classify(std::string_view sql) {
+  Classification out;
+  const std::string text(sql);  // libpg_query wants a C string
+  PgQueryProtobufParseResult result = pg_query_parse_protobuf(text.c_str());
+  if (result.error != nullptr) {
+    out.parsed = false;
+    pg_query_free_protobuf_parse_result(result);
+    return out;
+  }
+  pg_query::ParseResult tree;
+  const bool ok =
+      tree.ParseFromArray(result.parse_tree.data, static_cast<int>(result.parse_tree.len));
+  pg_query_free_protobuf_parse_result(result);
+  if (!ok) {
+    out.parsed = false;
+    return out;
+  }
+  Walker walker(text);
+  for (const auto& raw : tree.stmts()) walker.Statement(raw);
+  out.effects = walker.Take();
+  return out;
+}
+
+}  // namespace pgfleet::sql

@@ -1,0 +1,33 @@
+// Reads what a client's SQL does to its session, with PostgreSQL's own parser (libpg_query), so
+// that transaction pooling can carry settings to the client's next server and keep a server for
+// state that cannot move (docs/architecture.md, "Session state in transaction pooling").
+//
+// Parsing costs microseconds; a pooler relays hundreds of thousands of statements a second. So
+// MayChangeSession() looks at a statement's first word and scans for the few function names
+// that matter, and only what it lets through is parsed: pgbench's SELECT, INSERT, UPDATE,
+// BEGIN and COMMIT never are.
+#pragma once
+
+#include <string_view>
+
+#include "pooler/sql/session_effects.h"
+
+namespace pgfleet::sql {
+
+// False when `sql` certainly leaves the session as it was (beyond its transaction): no need to
+// parse it. True when it may not: a SET, RESET, DISCARD, PREPARE, DEALLOCATE, DECLARE, CLOSE,
+// LISTEN, UNLISTEN, CREATE or DROP, anything that names an advisory lock function or
+// set_config(), and any query of several statements.
+bool MayChangeSession(std::string_view sql);
+
+struct Classification {
+  Effects effects;  // in statement order
+  // False when PostgreSQL's grammar (as libpg_query knows it) rejects the text: the server will
+  // most likely reject it too, so it is taken to change nothing.
+  bool parsed = true;
+};
+
+// The session effects of every statement in `sql` (a simple Query's text or a Parse's).
+Classification Classify(std::string_view sql);
+
+}  // namespace pgfleet::sql

@@ -1,0 +1,140 @@
+#include "pooler/sql/statement_classifier.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace pgfleet::sql {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+std::vector<EffectKind> Kinds(std::string_view sql) {
+  std::vector<EffectKind> kinds;
+  for (const Effect& e : Classify(sql).effects) kinds.push_back(e.kind);
+  return kinds;
+}
+
+TEST(MayChangeSessionTest, TheHotPathIsNeverParsed) {
+  EXPECT_FALSE(MayChangeSession("SELECT abalance FROM pgbench_accounts WHERE aid = $1"));
+  EXPECT_FALSE(MayChangeSession("SELECT abalance FROM pgbench_accounts WHERE aid = 42;"));
+  EXPECT_FALSE(
+      MayChangeSession("UPDATE pgbench_tellers SET tbalance = tbalance + 1 WHERE tid = 1"));
+  EXPECT_FALSE(MayChangeSession("INSERT INTO pgbench_history (tid, bid) VALUES (1, 2)"));
+  EXPECT_FALSE(MayChangeSession("BEGIN"));
+  EXPECT_FALSE(MayChangeSession("COMMIT;"));
+  EXPECT_FALSE(MayChangeSession("  END ; "));
+  EXPECT_FALSE(MayChangeSession(""));
+  EXPECT_FALSE(MayChangeSession("SELECT 'settings' AS config_set"));
+}
+
+TEST(MayChangeSessionTest, EverythingThatMayChangeASessionIsLetThrough) {
+  EXPECT_TRUE(MayChangeSession("SET search_path = app"));
+  EXPECT_TRUE(MayChangeSession("  set statement_timeout to 5000"));
+  EXPECT_TRUE(MayChangeSession("/* app */ RESET ALL"));
+  EXPECT_TRUE(MayChangeSession("-- note\nDISCARD ALL"));
+  EXPECT_TRUE(MayChangeSession("PREPARE q AS SELECT 1"));
+  EXPECT_TRUE(MayChangeSession("deallocate q"));
+  EXPECT_TRUE(MayChangeSession("DECLARE c CURSOR WITH HOLD FOR SELECT 1"));
+  EXPECT_TRUE(MayChangeSession("CLOSE c"));
+  EXPECT_TRUE(MayChangeSession("LISTEN jobs"));
+  EXPECT_TRUE(MayChangeSession("UNLISTEN *"));
+  EXPECT_TRUE(MayChangeSession("CREATE TEMP TABLE t (a int)"));
+  EXPECT_TRUE(MayChangeSession("DROP TABLE t"));
+  EXPECT_TRUE(MayChangeSession("SELECT pg_advisory_lock(1)"));
+  EXPECT_TRUE(MayChangeSession("select PG_TRY_ADVISORY_LOCK(1, 2)"));
+  EXPECT_TRUE(MayChangeSession("SELECT set_config('a.b', 'c', false)"));
+  EXPECT_TRUE(MayChangeSession("BEGIN; SET LOCAL work_mem = '8MB'; SELECT 1"));
+  EXPECT_TRUE(MayChangeSession("(SELECT pg_advisory_unlock_all())"));
+}
+
+TEST(ClassifyTest, SessionSettingsAndTheirResets) {
+  auto c = Classify("SET search_path TO app, public");
+  ASSERT_TRUE(c.parsed);
+  ASSERT_EQ(c.effects.size(), 1u);
+  EXPECT_EQ(c.effects[0].kind, EffectKind::kSet);
+  EXPECT_EQ(c.effects[0].name, "search_path");
+  EXPECT_EQ(c.effects[0].apply_sql, "SET search_path TO app, public");
+  EXPECT_EQ(c.effects[0].reset_sql, "RESET \"search_path\"");
+
+  c = Classify("SET SESSION AUTHORIZATION alice");
+  ASSERT_EQ(c.effects.size(), 1u);
+  EXPECT_EQ(c.effects[0].reset_sql, "RESET SESSION AUTHORIZATION");
+
+  EXPECT_THAT(Kinds("SET LOCAL statement_timeout = 10"), IsEmpty());
+  EXPECT_THAT(Kinds("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"), IsEmpty());
+  EXPECT_THAT(Kinds("SET TIME ZONE DEFAULT"), ElementsAre(EffectKind::kReset));
+  EXPECT_THAT(Kinds("RESET work_mem"), ElementsAre(EffectKind::kReset));
+  EXPECT_THAT(Kinds("RESET ALL"), ElementsAre(EffectKind::kResetAll));
+  EXPECT_THAT(Kinds("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"),
+              ElementsAre(EffectKind::kSet));
+}
+
+TEST(ClassifyTest, EachStatementOfAQueryKeepsItsOwnText) {
+  auto c = Classify("SET a.x = 1; SELECT 1; SET work_mem = '8MB'");
+  ASSERT_EQ(c.effects.size(), 2u);
+  EXPECT_EQ(c.effects[0].apply_sql, "SET a.x = 1");
+  EXPECT_EQ(c.effects[1].name, "work_mem");
+  EXPECT_EQ(c.effects[1].apply_sql, " SET work_mem = '8MB'");
+}
+
+TEST(ClassifyTest, SetConfigWithConstantsIsASetting) {
+  auto c = Classify("SELECT set_config('app.user', 'o''brien', false)");
+  ASSERT_EQ(c.effects.size(), 1u);
+  EXPECT_EQ(c.effects[0].name, "app.user");
+  EXPECT_EQ(c.effects[0].apply_sql, "SELECT pg_catalog.set_config('app.user', 'o''brien', false)");
+  EXPECT_THAT(Kinds("SELECT set_config('app.user', 'x', true)"), IsEmpty());
+  EXPECT_THAT(Kinds("SELECT set_config('app.user', current_user, false)"), IsEmpty());
+}
+
+TEST(ClassifyTest, ObjectsThatPinAndWhatReleasesThem) {
+  EXPECT_THAT(Kinds("CREATE TEMP TABLE t (a int)"), ElementsAre(EffectKind::kCreateTemp));
+  EXPECT_THAT(Kinds("CREATE TEMPORARY TABLE t AS SELECT 1"), ElementsAre(EffectKind::kCreateTemp));
+  EXPECT_THAT(Kinds("CREATE TEMP TABLE t (a int) ON COMMIT DROP"), IsEmpty());
+  EXPECT_THAT(Kinds("CREATE TABLE t (a int)"), IsEmpty());
+  EXPECT_THAT(Kinds("CREATE TEMP VIEW v AS SELECT 1"), ElementsAre(EffectKind::kCreateTemp));
+  EXPECT_THAT(Kinds("SELECT 1 INTO TEMP t"), ElementsAre(EffectKind::kCreateTemp));
+  auto drop = Classify("DROP TABLE IF EXISTS pg_temp.t, u");
+  ASSERT_EQ(drop.effects.size(), 2u);
+  EXPECT_EQ(drop.effects[0].name, "t");
+  EXPECT_EQ(drop.effects[1].name, "u");
+  EXPECT_THAT(Kinds("DISCARD TEMP"), ElementsAre(EffectKind::kDiscardTemp));
+  EXPECT_THAT(Kinds("DISCARD ALL"), ElementsAre(EffectKind::kDiscardAll));
+  EXPECT_THAT(Kinds("DISCARD PLANS"), IsEmpty());
+
+  EXPECT_THAT(Kinds("PREPARE q (int) AS SELECT $1"), ElementsAre(EffectKind::kPrepare));
+  EXPECT_THAT(Kinds("DEALLOCATE PREPARE q"), ElementsAre(EffectKind::kDeallocate));
+  EXPECT_THAT(Kinds("DEALLOCATE ALL"), ElementsAre(EffectKind::kDeallocateAll));
+
+  EXPECT_THAT(Kinds("DECLARE c CURSOR WITH HOLD FOR SELECT 1"),
+              ElementsAre(EffectKind::kDeclareHold));
+  EXPECT_THAT(Kinds("DECLARE c CURSOR FOR SELECT 1"), IsEmpty());
+  EXPECT_THAT(Kinds("CLOSE c"), ElementsAre(EffectKind::kClose));
+  EXPECT_THAT(Kinds("CLOSE ALL"), ElementsAre(EffectKind::kCloseAll));
+
+  EXPECT_THAT(Kinds("LISTEN jobs"), ElementsAre(EffectKind::kListen));
+  EXPECT_THAT(Kinds("UNLISTEN jobs"), ElementsAre(EffectKind::kUnlisten));
+  EXPECT_THAT(Kinds("UNLISTEN *"), ElementsAre(EffectKind::kUnlistenAll));
+}
+
+TEST(ClassifyTest, AdvisoryLocksWhereverTheyAreCalled) {
+  EXPECT_THAT(Kinds("SELECT pg_advisory_lock(42)"), ElementsAre(EffectKind::kAdvisoryLock));
+  EXPECT_THAT(Kinds("SELECT pg_catalog.pg_try_advisory_lock(1, 2) AS got"),
+              ElementsAre(EffectKind::kAdvisoryLock));
+  EXPECT_THAT(Kinds("SELECT CASE WHEN pg_try_advisory_lock_shared(7) THEN 1 END FROM t"),
+              ElementsAre(EffectKind::kAdvisoryLock));
+  EXPECT_THAT(Kinds("SELECT pg_advisory_unlock(42)"), ElementsAre(EffectKind::kAdvisoryUnlock));
+  EXPECT_THAT(Kinds("SELECT pg_advisory_unlock_all()"),
+              ElementsAre(EffectKind::kAdvisoryUnlockAll));
+  // Transaction-level locks end with their transaction.
+  EXPECT_THAT(Kinds("SELECT pg_advisory_xact_lock(42)"), IsEmpty());
+}
+
+TEST(ClassifyTest, TextPostgreSQLWouldRejectChangesNothing) {
+  auto c = Classify("SET search_path TO");
+  EXPECT_FALSE(c.parsed);
+  EXPECT_THAT(c.effects, IsEmpty());
+}
+
+}  // namespace
+}  // namespace pgfleet::sql
