@@ -6,7 +6,7 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
   build-essential cmake ninja-build pkg-config git ca-certificates \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-  libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libssl-dev \
+  libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libssl-dev libpg-query-dev \
   libgtest-dev libgmock-dev googletest \
   postgresql postgresql-contrib libpq-dev postgresql-client \
   pgbouncer clang-format procps iproute2 \
