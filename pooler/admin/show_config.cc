@@ -34,6 +34,10 @@ void ShowConfig(const config::Config& c, ResultSet* out) {
   const auto& dp = d.pool;
   row("pool_mode", std::string(config::PoolModeName(p.pool_mode)),
       std::string(config::PoolModeName(dp.pool_mode)), true);
+  row("session_state", std::string(config::SessionStateName(p.session_state)),
+      std::string(config::SessionStateName(dp.session_state)), true);
+  row("max_pinned_servers", std::to_string(p.max_pinned_servers),
+      std::to_string(dp.max_pinned_servers), true);
   row("default_pool_size", std::to_string(p.default_pool_size),
       std::to_string(dp.default_pool_size), true);
   row("min_pool_size", std::to_string(p.min_pool_size), std::to_string(dp.min_pool_size), true);

@@ -56,8 +56,14 @@ std::vector<std::string> Row(const char* type, const peering::v1::WorkerStats& w
 
 void ShowClients(const ShowInput& in, ResultSet* out) {
   AddColumns(out);
+  // pgfleet's own: what session state pins the client's server (transaction pooling).
+  out->AddColumn("pinned");
   for (const auto& w : in.workers) {
-    for (const auto& c : w.clients_info()) out->AddRow(Row("C", w, c));
+    for (const auto& c : w.clients_info()) {
+      std::vector<std::string> row = Row("C", w, c);
+      row.push_back(c.pinned());
+      out->AddRow(std::move(row));
+    }
   }
 }
 

@@ -38,7 +38,10 @@ void ShowPools(const ShowInput& in, ResultSet* out) {
   out->AddColumn("pool_mode");
   // After PgBouncer's columns: idle servers this pool gave to sibling workers and took from them
   // (one pool per pod).
-  for (const char* c : {"sv_handed_over", "sv_adopted"}) out->AddColumn(c, Type::kInt);
+  // And servers pinned to clients by session state (transaction pooling).
+  for (const char* c : {"sv_handed_over", "sv_adopted", "sv_pinned"}) {
+    out->AddColumn(c, Type::kInt);
+  }
   const auto total = PodTotal(in);
   for (const auto& p : total.pools()) {
     // PgBouncer's cl_active is every logged-in client not waiting (linked or idle).
@@ -50,7 +53,8 @@ void ShowPools(const ShowInput& in, ResultSet* out) {
                  std::to_string(p.server_tested() - p.server_being_canceled()),
                  std::to_string(p.server_login()), std::to_string(p.max_wait_us() / 1000000),
                  std::to_string(p.max_wait_us() % 1000000), p.pool_mode(),
-                 std::to_string(p.servers_handed_over()), std::to_string(p.servers_adopted())});
+                 std::to_string(p.servers_handed_over()), std::to_string(p.servers_adopted()),
+                 std::to_string(p.server_pinned())});
   }
 }
 

@@ -36,6 +36,25 @@ std::optional<PoolMode> ParsePoolMode(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view SessionStateName(SessionState mode) {
+  switch (mode) {
+    case SessionState::kTrack:
+      return "track";
+    case SessionState::kRefuse:
+      return "refuse";
+    case SessionState::kPass:
+      return "pass";
+  }
+  return "unknown";
+}
+
+std::optional<SessionState> ParseSessionState(std::string_view name) {
+  for (SessionState mode : {SessionState::kTrack, SessionState::kRefuse, SessionState::kPass}) {
+    if (name == SessionStateName(mode)) return mode;
+  }
+  return std::nullopt;
+}
+
 std::optional<AuthType> ParseAuthType(std::string_view name) {
   for (AuthType type : {AuthType::kTrust, AuthType::kMd5, AuthType::kScramSha256}) {
     if (name == AuthTypeName(type)) return type;
@@ -141,6 +160,19 @@ PoolMode Config::EffectivePoolMode(const DatabaseConfig& db, const std::string& 
     return *it->second.pool_mode;
   }
   return db.overrides.pool_mode.value_or(pool.pool_mode);
+}
+
+SessionState Config::EffectiveSessionState(const DatabaseConfig& db,
+                                           const std::string& user) const {
+  if (auto it = users.find(user); it != users.end() && it->second.session_state.has_value()) {
+    return *it->second.session_state;
+  }
+  return db.overrides.session_state.value_or(pool.session_state);
+}
+
+int Config::EffectiveMaxPinnedServers(const DatabaseConfig& db) const {
+  if (pool.max_pinned_servers > 0) return pool.max_pinned_servers;
+  return std::max(1, EffectivePoolSize(db) / 2);
 }
 
 int Config::EffectivePoolSize(const DatabaseConfig& db) const {

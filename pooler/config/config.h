@@ -15,6 +15,13 @@
 namespace pgfleet::config {
 
 enum class PoolMode { kSession, kTransaction, kStatement };
+// What transaction and statement pooling do with session state a client creates (SET, temporary
+// tables, SQL PREPARE, advisory locks, cursors WITH HOLD, LISTEN): carry settings to the client's
+// next server and keep its server while it holds state that cannot move ("track"), answer such
+// statements with an ERROR ("refuse"), or relay them as PgBouncer does ("pass").
+enum class SessionState { kTrack, kRefuse, kPass };
+std::string_view SessionStateName(SessionState mode);
+std::optional<SessionState> ParseSessionState(std::string_view name);
 enum class AuthType { kTrust, kMd5, kScramSha256 };
 // PgBouncer's client_tls_sslmode / server_tls_sslmode values (libpq's sslmode names).
 enum class SslMode { kDisable, kAllow, kPrefer, kRequire, kVerifyCa, kVerifyFull };
@@ -56,6 +63,7 @@ struct ListenConfig {
 // Settings a database may override; unset fields take the `pool:` section's value.
 struct PoolOverrides {
   std::optional<PoolMode> pool_mode;
+  std::optional<SessionState> session_state;
   std::optional<int> pool_size;
   std::optional<int> min_pool_size;
   std::optional<int> reserve_pool_size;
@@ -95,12 +103,17 @@ struct DatabaseConfig {
 struct UserConfig {
   std::string name;
   std::optional<PoolMode> pool_mode;  // overrides the database's and the pool section's mode
+  std::optional<SessionState> session_state;  // likewise
   // 0 = unlimited. The loader copies pool.max_user_connections here when the user does not set it.
   int max_user_connections = 0;
 };
 
 struct PoolConfig {
   PoolMode pool_mode = PoolMode::kTransaction;
+  SessionState session_state = SessionState::kTrack;
+  // Servers of one pool that clients may hold for session state at once (per pod); a client
+  // that would pin one more gets an ERROR. 0 = half the pool size (at least 1).
+  int max_pinned_servers = 0;
   int default_pool_size = 20;
   int min_pool_size = 0;
   int reserve_pool_size = 0;
@@ -132,9 +145,8 @@ struct PoolConfig {
   // SET of it inside a session cannot be seen (only its startup value is applied).
   // default_transaction_read_only is tracked too: a client's own SET must not make a server
   // read-only for others. Judging a host's role reads the login's value, which no client set.
-  std::vector<std::string> track_extra_parameters = {"IntervalStyle", "search_path",
-                                                     "default_transaction_read_only",
-                                                     "scram_iterations"};
+  std::vector<std::string> track_extra_parameters = {
+      "IntervalStyle", "search_path", "default_transaction_read_only", "scram_iterations"};
   // Whether the config file names track_extra_parameters: only then does a name that the server
   // does not report get a warning (the defaults name some that older servers never report).
   bool track_extra_parameters_configured = false;
@@ -261,6 +273,8 @@ struct Config {
   // which wins over the pool section (PgBouncer's order); the others are the database's override
   // or the pool section's value. A user without a `users:` entry gets the pool section's limit.
   PoolMode EffectivePoolMode(const DatabaseConfig& db, const std::string& user) const;
+  SessionState EffectiveSessionState(const DatabaseConfig& db, const std::string& user) const;
+  int EffectiveMaxPinnedServers(const DatabaseConfig& db) const;
   int EffectivePoolSize(const DatabaseConfig& db) const;
   int EffectiveMinPoolSize(const DatabaseConfig& db) const;
   int EffectiveReservePoolSize(const DatabaseConfig& db) const;

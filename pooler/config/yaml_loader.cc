@@ -184,6 +184,20 @@ class Section {
     }
   }
 
+  template <typename T, typename Parser>
+  void OptionalEnum(absl::string_view key, std::optional<T>& out, Parser parse,
+                    absl::string_view expected) {
+    Entry* e = Take(key);
+    if (e == nullptr) return;
+    std::optional<T> value;
+    if (e->value.IsScalar()) value = parse(e->value.Scalar());
+    if (value) {
+      out = value;
+    } else {
+      Bad(*e, expected);
+    }
+  }
+
   void Auth(absl::string_view key, AuthType& out) {
     Enum(key, out, ParseAuthType, "one of trust, md5, scram-sha-256");
   }
@@ -379,6 +393,8 @@ void ReadController(Loader& loader, const YAML::Node& node, int line,
 
 void ReadPool(Section& s, PoolConfig& pool) {
   s.Mode("pool_mode", pool.pool_mode);
+  s.Enum("session_state", pool.session_state, ParseSessionState, "one of track, refuse, pass");
+  s.Int("max_pinned_servers", pool.max_pinned_servers);
   s.Int("default_pool_size", pool.default_pool_size);
   s.Int("min_pool_size", pool.min_pool_size);
   s.Int("reserve_pool_size", pool.reserve_pool_size);
@@ -454,6 +470,8 @@ void ReadDatabases(Loader& loader, const YAML::Node& node, int line, const PoolC
     s.String("user", db.user);
     s.String("password", db.password);
     s.Mode("pool_mode", db.overrides.pool_mode);
+    s.OptionalEnum("session_state", db.overrides.session_state, ParseSessionState,
+                   "one of track, refuse, pass");
     s.OptionalInt("pool_size", db.overrides.pool_size);
     s.OptionalInt("min_pool_size", db.overrides.min_pool_size);
     s.OptionalInt("reserve_pool_size", db.overrides.reserve_pool_size);
@@ -480,6 +498,8 @@ void ReadUsers(Loader& loader, const YAML::Node& node, int line, const PoolConfi
     user.max_user_connections = pool.max_user_connections;
     Section s(loader, *value, JoinPath("users", name), key_line);
     s.Mode("pool_mode", user.pool_mode);
+    s.OptionalEnum("session_state", user.session_state, ParseSessionState,
+                   "one of track, refuse, pass");
     s.Int("max_user_connections", user.max_user_connections);
     s.Finish();
     out.emplace(name, std::move(user));

@@ -65,6 +65,11 @@ void AddPool(const PoolStats& from, AddMode mode, PoolStats* into) {
   into->set_errors(into->errors() + from.errors());
   into->set_servers_handed_over(into->servers_handed_over() + from.servers_handed_over());
   into->set_servers_adopted(into->servers_adopted() + from.servers_adopted());
+  into->set_server_pinned(into->server_pinned() + from.server_pinned());
+  for (int r = 0; r < from.pins_total_size(); ++r) {
+    if (into->pins_total_size() <= r) into->add_pins_total(0);
+    into->set_pins_total(r, into->pins_total(r) + from.pins_total(r));
+  }
   AddHistogram(from.query_duration(), into->mutable_query_duration());
   AddHistogram(from.transaction_duration(), into->mutable_transaction_duration());
   AddHistogram(from.wait_duration(), into->mutable_wait_duration());

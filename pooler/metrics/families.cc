@@ -151,6 +151,10 @@ std::vector<MetricFamily> BuildFamilies(const PodView& view) {
        [](const peering::v1::PoolStats& p) { return double(p.server_login()); }},
       {names::kPoolsClientMaxWait, "How long the oldest waiting client has waited, in seconds.",
        [](const peering::v1::PoolStats& p) { return double(p.max_wait_us()) / 1e6; }},
+      {names::kPoolsServerPinned,
+       "Server connections pinned to a client by session state (temporary tables, SQL PREPARE, "
+       "advisory locks, cursors WITH HOLD, LISTEN) in transaction pooling.",
+       [](const peering::v1::PoolStats& p) { return double(p.server_pinned()); }},
   };
   for (const auto& g : kPoolGauges) {
     auto f = Family(g.name, g.help, MetricType::Gauge);
@@ -182,6 +186,25 @@ std::vector<MetricFamily> BuildFamilies(const PodView& view) {
       const std::string worker = std::to_string(slot);
       for (const auto& p : s.pools()) {
         AddValue(f, PoolLabels(p, worker), static_cast<double>(c.value(p)));
+      }
+    }
+    out.push_back(std::move(f));
+  }
+
+  {
+    static constexpr std::string_view kReasons[] = {"temp_table", "prepared_statement",
+                                                    "advisory_lock", "hold_cursor", "listen"};
+    auto f = Family(names::kSessionPins,
+                    "Clients whose session state pinned their server, by what pinned it.",
+                    MetricType::Counter);
+    for (const auto& [slot, s] : view.slots) {
+      const std::string worker = std::to_string(slot);
+      for (const auto& p : s.pools()) {
+        for (int r = 0; r < p.pins_total_size() && r < 5; ++r) {
+          auto labels = PoolLabels(p, worker);
+          labels.emplace_back(std::string(names::kLabelReason), std::string(kReasons[r]));
+          AddValue(f, labels, static_cast<double>(p.pins_total(r)));
+        }
       }
     }
     out.push_back(std::move(f));

@@ -32,6 +32,9 @@ inline constexpr std::string_view kPoolsServerUsed = "pgfleet_pools_server_used_
 inline constexpr std::string_view kPoolsServerTesting = "pgfleet_pools_server_testing_connections";
 inline constexpr std::string_view kPoolsServerLogin = "pgfleet_pools_server_login_connections";
 inline constexpr std::string_view kPoolsClientMaxWait = "pgfleet_pools_client_maxwait_seconds";
+inline constexpr std::string_view kPoolsServerPinned = "pgfleet_pools_server_pinned_connections";
+// {database, user, worker, reason}: clients whose session state pinned a server, by what pinned it.
+inline constexpr std::string_view kSessionPins = "pgfleet_session_pins_total";
 
 // Stats {database, user, worker} (counters, like SHOW STATS_TOTALS).
 inline constexpr std::string_view kStatsTransactions = "pgfleet_stats_transactions_total";

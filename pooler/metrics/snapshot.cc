@@ -269,6 +269,11 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
     p->set_errors(st.errors);
     p->set_servers_handed_over(st.servers_handed_over);
     p->set_servers_adopted(st.servers_adopted);
+    const pool::PinnedServers& pins = pool->pinned_servers();
+    p->set_server_pinned(static_cast<uint32_t>(std::max(0, pins.pinned())));
+    for (int r = 0; r < pool::kPinReasonCount; ++r) {
+      p->add_pins_total(pins.pins_total(static_cast<pool::PinReason>(r)));
+    }
     FillHistogram(st.query_duration, p->mutable_query_duration());
     FillHistogram(st.transaction_duration, p->mutable_transaction_duration());
     FillHistogram(st.wait_duration, p->mutable_wait_duration());
@@ -352,6 +357,7 @@ void WorkerStatsSource::FillConnections(peering::v1::WorkerStats* out) {
     if (app_slot >= 0 && c.params().IsSet(static_cast<size_t>(app_slot))) {
       info->set_application_name(std::string(c.params().Get(static_cast<size_t>(app_slot))));
     }
+    info->set_pinned(c.session().DescribePins());
   };
   registry_.ForEachWorkerClient(add_client);
   for (const auto& [key, pool] : registry_.pools()) {

@@ -586,7 +586,8 @@ bool ClientConn::RelayToServer() {
   // PostgreSQL ends a failed COPY FROM STDIN itself (ErrorResponse, ReadyForQuery) and drops the
   // rest of the stream: when its ReadyForQuery came first, the server waited for this CopyDone or
   // CopyFail and nothing else will release it.
-  if (verdict.copy_ended && pool_->mode() != config::PoolMode::kSession && server->IsReleasable()) {
+  if (verdict.copy_ended && pool_->mode() != config::PoolMode::kSession && server->IsReleasable() &&
+      !server->pinned_to_client()) {
     pool_->ReleaseServer(server);
   }
   return true;

@@ -70,6 +70,7 @@ class ClientConn final : public net::Connection, public base::ListNode {
   const ParamSet& params() const { return stream_.params; }
   // The client's protocol state that the relay keeps across servers.
   ClientStream& stream() { return stream_; }
+  const ClientSession& session() const { return stream_.session; }
 
   void Attach(ServerConn* server) { server_ = server; }
   void Detach() { server_ = nullptr; }

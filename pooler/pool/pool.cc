@@ -43,6 +43,32 @@ void Pool::UpdateRelaySettings() {
       static_cast<size_t>(std::max(0, pool_config.max_prepared_statements));
   relay_settings_.tracked = &context_.tracked_params();
   relay_settings_.statements = &context_.statements();
+  relay_settings_.session = SessionTracking::kOff;
+  if (mode_ != config::PoolMode::kSession) {
+    switch (context_.config().EffectiveSessionState(db_, user_)) {
+      case config::SessionState::kTrack:
+        relay_settings_.session = SessionTracking::kTrack;
+        break;
+      case config::SessionState::kRefuse:
+        relay_settings_.session = SessionTracking::kRefuse;
+        break;
+      case config::SessionState::kPass:
+        break;
+    }
+  }
+  relay_settings_.pins = &pins_;
+  pins_.set_limit(context_.config().EffectiveMaxPinnedServers(db_));
+}
+
+void PinnedServers::OnPinChanged(bool pinned, uint32_t pin_mask) {
+  if (!pinned) {
+    --pinned_;
+    return;
+  }
+  ++pinned_;
+  for (int r = 0; r < kPinReasonCount; ++r) {
+    if ((pin_mask & (1u << r)) != 0) ++pins_total_[r];
+  }
 }
 
 int Pool::pool_size() const { return context_.config().EffectivePoolSize(db_); }
@@ -124,7 +150,15 @@ void Pool::Link(ClientConn* client, ServerConn* server) {
       static_cast<uint64_t>(absl::ToInt64Microseconds(now - client->wait_started_at())));
   ++stats_.server_assignments;
   std::string sql;
-  if (BuildParamSync(context_.tracked_params(), client->params(), server->params(), &sql)) {
+  bool sync = BuildParamSync(context_.tracked_params(), client->params(), server->params(), &sql);
+  // Settings the client SET that the server does not report (statement_timeout, and
+  // search_path before PostgreSQL 18), and the RESET of those an earlier client left.
+  const SessionSettings& wanted = client->stream().session.settings();
+  if (!wanted.empty() || !server->relay().applied_settings().empty()) {
+    sync = BuildSessionSync(wanted, server->relay().applied_settings(), &sql) || sync;
+    server->relay().set_applied_settings(wanted);
+  }
+  if (sync) {
     if (!server->SendHiddenQuery(sql)) {
       server->Close("write failed");
       return;
@@ -492,6 +526,12 @@ void Pool::RemoveClient(ClientConn* client) {
     MoveClient(client, ClientState::kClosed);
     return;
   }
+  if (client->stream().session.pinned()) {
+    // What pinned the server (temporary tables, advisory locks...) goes with a DISCARD ALL
+    // before anyone else uses it (ReturnServer).
+    pins_.OnPinChanged(false, 0);
+    server->relay().RequireSessionReset();
+  }
   const bool clean =
       server->IsReleasable() && server->in().empty() && !server->has_pending_output();
   if (!clean) {
@@ -508,8 +548,13 @@ void Pool::RemoveClient(ClientConn* client) {
 
 void Pool::ReturnServer(ServerConn* server) {
   const auto& pool_config = context_.config().pool;
-  if ((mode_ == config::PoolMode::kSession || pool_config.server_reset_query_always) &&
-      !pool_config.server_reset_query.empty() && !server->close_on_release()) {
+  if (server->relay().session_reset_required() && !server->close_on_release()) {
+    // Whatever server_reset_query says: only DISCARD ALL also unlocks advisory locks, drops
+    // temporary tables, closes cursors and stops listening.
+    MoveServer(server, ServerState::kTesting);
+    if (!server->SendHiddenQuery("DISCARD ALL")) server->Close("server reset failed");
+  } else if ((mode_ == config::PoolMode::kSession || pool_config.server_reset_query_always) &&
+             !pool_config.server_reset_query.empty() && !server->close_on_release()) {
     MoveServer(server, ServerState::kTesting);
     if (!server->SendHiddenQuery(pool_config.server_reset_query)) {
       server->Close("server reset failed");

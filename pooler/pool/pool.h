@@ -3,6 +3,7 @@
 // servers are opened and closed, and when a server goes back to the pool.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -32,6 +33,23 @@ struct ServerCredentials {
   std::optional<auth::ScramKey> scram_client_key;  // recovered from a client's SCRAM login
 };
 
+// max_pinned_servers for one pool in one worker (relay.h's PinLimit), and pins counted by the
+// reason that first pinned each client's server.
+class PinnedServers final : public PinLimit {
+ public:
+  bool MayPin() const override { return pinned_ < limit_; }
+  int limit() const override { return limit_; }
+  void OnPinChanged(bool pinned, uint32_t pin_mask) override;
+  void set_limit(int limit) { limit_ = limit; }
+  int pinned() const { return pinned_; }
+  uint64_t pins_total(PinReason reason) const { return pins_total_[static_cast<int>(reason)]; }
+
+ private:
+  int pinned_ = 0;
+  int limit_ = 1;
+  std::array<uint64_t, kPinReasonCount> pins_total_{};
+};
+
 class Pool {
  public:
   Pool(PoolRegistry* registry, config::DatabaseConfig db, std::string user);
@@ -48,6 +66,7 @@ class Pool {
   // What every relay of this pool's servers works with.
   const RelaySettings& relay_settings() const { return relay_settings_; }
   WorkerContext& context() const { return context_; }
+  const PinnedServers& pinned_servers() const { return pins_; }
   ServerCredentials& credentials() { return credentials_; }
   PoolStats& stats() { return stats_; }
 
@@ -226,6 +245,7 @@ class Pool {
   ServerCredentials credentials_;
   PoolStats stats_;
   RelaySettings relay_settings_;
+  PinnedServers pins_;
 
   bool welcome_known_ = false;
   std::vector<std::pair<std::string, std::string>> welcome_params_;

@@ -115,12 +115,15 @@ bool Pool::HandOver(ServerConn* server, uint32_t to) {
   message.from = registry_->budget().pod().worker();
   message.database = db_.name;
   message.user = user_;
-  if (server->tls_established() || server->has_pending_output() || !server->in().empty()) {
-    // A TLS session cannot move between processes: close it, so the sibling opens its own.
-    server->Close(server->tls_established() ? "closed to free room for a sibling worker (TLS)"
-                  : server->has_pending_output()
-                      ? "closed to free room for a sibling worker (output pending)"
-                      : "closed to free room for a sibling worker (input pending)");
+  if (server->tls_established() || server->has_pending_output() || !server->in().empty() ||
+      !server->relay().applied_settings().empty()) {
+    // A TLS session cannot move between processes: close it, so the sibling opens its own. Nor
+    // do the settings clients left on it (the sibling would not know to reset them).
+    server->Close(
+        server->tls_established()      ? "closed to free room for a sibling worker (TLS)"
+        : server->has_pending_output() ? "closed to free room for a sibling worker (output pending)"
+        : !server->in().empty()        ? "closed to free room for a sibling worker (input pending)"
+                                : "closed to free room for a sibling worker (client settings)");
     message.kind = HandoffMessage::Kind::kRoom;
     mover->Send(to, message, -1);
     return true;

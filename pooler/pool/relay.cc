@@ -62,7 +62,15 @@ FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
     }
     size_t skip = 0;        // leading bytes of this message replaced by a rewrite
     bool inserted = false;  // a rewrite sent bytes of pgfleet's own for this message
-    if (settings_.track_prepared) {
+    if (settings_.session != SessionTracking::kOff) {
+      const SessionStep step = OnSessionMessage(piece, to_server);
+      if (step == SessionStep::kNeedMore) break;
+      if (step == SessionStep::kRefused) {
+        skip = piece.bytes.size();
+        inserted = true;
+      }
+    }
+    if (settings_.track_prepared && !inserted) {
       scratch_.mutable_bytes().clear();
       const Rewrite rewrite = RewritePrepared(piece, &skip, &verdict);
       if (rewrite == Rewrite::kNeedMore || rewrite == Rewrite::kReject) break;
@@ -156,7 +164,8 @@ BackendVerdict Relay::FromServer(std::span<const uint8_t> data, RelayOutput& to_
     }
     if (piece.kind == protocol::StreamDecoder::Kind::kMessage) {
       // Row data and COPY data stream through in pieces; everything the rule reads comes whole.
-      const bool needs_body = protocol::BackendNeedsBody(piece.header.type);
+      const bool needs_body = protocol::BackendNeedsBody(piece.header.type) ||
+                              (piece.header.type == 'D' && watch_try_lock_rows_);
       if (needs_body && !piece.whole()) break;
       backend_piece_hidden_ = !OnBackendMessage(
           piece.header.type, needs_body ? piece.body() : std::span<const uint8_t>(), observer);
@@ -443,6 +452,11 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
       statements_.Clear();
       if (client_ != nullptr && !hidden) client_->statements.clear();
     }
+    if (tag.ok() && *tag == "DISCARD ALL" && hidden) {
+      // pgfleet's reset after a pinned client left: nothing of any client is left on it.
+      applied_.clear();
+      session_reset_required_ = false;
+    }
   }
   switch (type) {
     case 'Z': {
@@ -452,6 +466,7 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
         --hidden_rfq_;
         return false;
       }
+      if (!staged_.empty() || !tx_effects_.empty()) OnSessionServerMessage(type, body);
       if (maybe_syncs_) ResolveMaybeSyncs(/*copy_failed=*/true);  // a confused server
       OnServerProgress(type);
       if (!rfq_owed_.empty()) rfq_owed_.pop_front();
@@ -464,11 +479,15 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
     case 'C':
     case 'I':
     case 's':
+      if (!hidden && type == 'C' && !tx_effects_.empty()) OnSessionServerMessage(type, body);
       if (!hidden) {
         // The first end of a statement after a CopyInResponse is the COPY's: it succeeded.
         if (maybe_syncs_) ResolveMaybeSyncs(/*copy_failed=*/false);
         OnServerProgress(type);
       }
+      break;
+    case 'D':
+      if (watch_try_lock_rows_ && !hidden) OnTryLockRow(body);
       break;
     case 'G':
       if (client_ != nullptr && !hidden) {
@@ -482,6 +501,7 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
         return false;
       }
       observer.OnServerError(fields.ok() ? fields->sqlstate : std::string_view());
+      if (!staged_.empty()) OnSessionServerMessage(type, body);
       if (maybe_syncs_) ResolveMaybeSyncs(/*copy_failed=*/true);
       break;
     }

@@ -20,6 +20,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
+#include "pooler/pool/client_session.h"
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/prepared_statements.h"
 #include "pooler/protocol/byte_sink.h"
@@ -52,6 +53,21 @@ class RelayObserver {
   virtual void OnHotStandbyReport(bool /*in_hot_standby*/) {}
 };
 
+// What the relay does with session state a client creates in transaction or statement pooling
+// (config's session_state): kOff relays it untouched, as in session pooling.
+enum class SessionTracking : uint8_t { kOff, kTrack, kRefuse };
+
+// The pool's limit on servers pinned to clients by session state (max_pinned_servers).
+class PinLimit {
+ public:
+  virtual ~PinLimit() = default;
+  // Whether one more client may pin a server now.
+  virtual bool MayPin() const = 0;
+  virtual int limit() const = 0;
+  // A client's session started (true) or stopped (false) holding state that pins its server.
+  virtual void OnPinChanged(bool pinned, uint32_t pin_mask) = 0;
+};
+
 // Settings shared by every relay of a pool (the pool updates them on reload).
 struct RelaySettings {
   uint32_t max_packet_size = 1u << 30;
@@ -60,6 +76,8 @@ struct RelaySettings {
   size_t max_prepared_statements = 0;
   const TrackedParamNames* tracked = nullptr;  // not null
   StatementRegistry* statements = nullptr;     // worker-wide interning; not null when tracking
+  SessionTracking session = SessionTracking::kOff;
+  PinLimit* pins = nullptr;  // not null unless session is kOff
 };
 
 // What is left to drop of a client's query that a CancelRequest answered while it waited for a
@@ -76,6 +94,11 @@ struct ClientStream {
   ParamSet params;                  // tracked parameters the client wants
   // Named prepared statements by the client's name (transaction/statement mode).
   absl::flat_hash_map<std::string, StatementPtr> statements;
+  // Session state it made (SET, pins), and the session effects of its extended-protocol
+  // statements by name and of its unnamed portal: staged when an Execute runs them.
+  ClientSession session;
+  absl::flat_hash_map<std::string, sql::Effects> statement_effects;
+  sql::Effects portal_effects;
   bool in_copy_in = false;  // inside COPY FROM STDIN
   bool unsynced = false;    // sent extended-protocol messages not yet closed by Sync
   // A query cancelled while queued: its rest is dropped as it arrives, never relayed.
@@ -163,6 +186,14 @@ class Relay {
   ServerStatementCache& statements() { return statements_; }
   const ServerStatementCache& statements() const { return statements_; }
 
+  // Settings clients made on this server (SET, set_config), as pgfleet replays and undoes them.
+  const SessionSettings& applied_settings() const { return applied_; }
+  void set_applied_settings(const SessionSettings& settings) { applied_ = settings; }
+  // The client that leaves this server held state that pins it: it must be reset (DISCARD ALL)
+  // before anyone else uses it. Cleared when the server reports DISCARD ALL.
+  void RequireSessionReset() { session_reset_required_ = true; }
+  bool session_reset_required() const { return session_reset_required_; }
+
   // Stand-in answers due now that nothing the server owes comes before them; false when none.
   bool TakeReadyAnswers(protocol::ByteSink& to_client);
 
@@ -190,6 +221,19 @@ class Relay {
   void UndoFailedPipeline();
   void TrackParameterStatus(std::span<const uint8_t> body, RelayObserver& observer);
   void EmitReadyAnswers(RelayOutput& to_client);
+
+  // Session state (relay_session.cc). kRefused: the message was replaced by a query that fails
+  // with pgfleet's ERROR (appended to `to_server`), so the client's transaction fails as it would
+  // have for any other error.
+  enum class SessionStep { kRelay, kNeedMore, kRefused };
+  SessionStep OnSessionMessage(const protocol::StreamDecoder::Piece& piece, RelayOutput& to_server);
+  SessionStep ClassifyQuery(std::string_view sql, RelayOutput& to_server);
+  void StageEffects(sql::Effects effects, size_t answers_left);
+  void OnSessionServerMessage(uint8_t type, std::span<const uint8_t> body);
+  void SettleSessionEffects();
+  void OnTryLockRow(std::span<const uint8_t> body);
+  void UpdateTryLockWatch();
+  void ApplySessionEffect(const sql::Effect& effect);
 
   // Prepared statements (relay_prepared.cc).
   enum class Rewrite { kPassThrough, kReplace, kNeedMore, kReject };
@@ -240,6 +284,21 @@ class Relay {
   bool failed_parse_exists_ = false;  // the failing message is a Parse of a statement it has
   ParamSet params_;
   ServerStatementCache statements_;
+  // Session effects sent to the server, waiting for the answers that tell whether they took:
+  // each batch's effects settle at its ReadyForQuery (answers_left counts down to it), unless
+  // an error failed the batch; transactional ones wait further for their transaction's end.
+  struct StagedEffects {
+    size_t answers_left;
+    bool failed;
+    sql::Effects effects;
+  };
+  std::deque<StagedEffects> staged_;
+  sql::Effects tx_effects_;
+  bool tx_rolled_back_ = false;
+  // A staged batch calls pg_try_advisory_lock: its DataRows are read whole (OnTryLockRow).
+  bool watch_try_lock_rows_ = false;
+  SessionSettings applied_;
+  bool session_reset_required_ = false;
   protocol::StringSink scratch_;
 };
 

@@ -24,6 +24,15 @@ class SinkOutput final : public RelayOutput {
 bool Relay::Abandon(absl::Time now, protocol::ByteSink& to_server) {
   if (client_ == nullptr) return true;
   ClientStream& client = *client_;
+  if (!staged_.empty() || !tx_effects_.empty()) {
+    // Session effects still in flight may yet take on the server, unknown to applied_: only a
+    // reset makes it safe for another client.
+    session_reset_required_ = true;
+    staged_.clear();
+    tx_effects_.clear();
+    tx_rolled_back_ = false;
+    watch_try_lock_rows_ = false;
+  }
   if (client.mid_message()) {
     Unlink();
     return false;

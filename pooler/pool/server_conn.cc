@@ -482,7 +482,11 @@ void ServerConn::AfterRelayChunk() {
                    "transaction blocks not allowed in statement pooling mode");
     return;
   }
-  if (relay_.IsReleasable()) pool_->ReleaseServer(this);
+  if (relay_.IsReleasable() && !pinned_to_client()) pool_->ReleaseServer(this);
+}
+
+bool ServerConn::pinned_to_client() const {
+  return client_ != nullptr && client_->stream().session.pinned();
 }
 
 void ServerConn::Close(std::string_view reason) {

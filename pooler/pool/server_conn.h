@@ -57,6 +57,10 @@ class ServerConn final : public net::Connection, public base::ListNode {
   Relay& relay() { return relay_; }
   // The release rule (Relay::IsReleasable): this server may serve another client.
   bool IsReleasable() const { return relay_.IsReleasable(); }
+  // Its client holds session state that lives on this server (temporary tables, SQL prepared
+  // statements, advisory locks, cursors WITH HOLD, LISTEN): it keeps the server between
+  // transactions until released (docs/architecture.md, "Session state in transaction pooling").
+  bool pinned_to_client() const;
   bool in_transaction() const { return relay_.in_transaction(); }
   bool query_in_progress() const { return relay_.query_in_progress() || auth_query_running_; }
 

@@ -13,6 +13,7 @@ inline constexpr std::string_view kInvalidCatalogName = "3D000";
 // A write in a read-only transaction: on a standby, or where default_transaction_read_only is on.
 inline constexpr std::string_view kReadOnlySqlTransaction = "25006";
 inline constexpr std::string_view kTooManyConnections = "53300";
+inline constexpr std::string_view kConfigurationLimitExceeded = "53400";
 inline constexpr std::string_view kQueryCanceled = "57014";
 inline constexpr std::string_view kAdminShutdown = "57P01";
 inline constexpr std::string_view kIdleSessionTimeout = "57P05";

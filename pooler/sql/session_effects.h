@@ -20,7 +20,8 @@ enum class EffectKind : uint8_t {
   kPrepare,            // SQL PREPARE `name`
   kDeallocate,         // SQL DEALLOCATE `name`
   kDeallocateAll,      // DEALLOCATE ALL
-  kAdvisoryLock,       // a session-level advisory lock (pg_advisory_lock, pg_try_advisory_lock...)
+  kAdvisoryLock,       // a session-level advisory lock taken (pg_advisory_lock[_shared])
+  kTryAdvisoryLock,    // pg_try_advisory_lock[_shared]: a lock if its result is true
   kAdvisoryUnlock,     // pg_advisory_unlock[_shared]
   kAdvisoryUnlockAll,  // pg_advisory_unlock_all()
   kDeclareHold,        // DECLARE `name` ... WITH HOLD
@@ -48,6 +49,7 @@ struct Effect {
       case EffectKind::kDeallocate:
       case EffectKind::kDeallocateAll:
       case EffectKind::kAdvisoryLock:
+      case EffectKind::kTryAdvisoryLock:
       case EffectKind::kAdvisoryUnlock:
       case EffectKind::kAdvisoryUnlockAll:
         return false;
@@ -61,6 +63,7 @@ struct Effect {
       case EffectKind::kCreateTemp:
       case EffectKind::kPrepare:
       case EffectKind::kAdvisoryLock:
+      case EffectKind::kTryAdvisoryLock:
       case EffectKind::kDeclareHold:
       case EffectKind::kListen:
         return true;

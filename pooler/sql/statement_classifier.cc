@@ -288,9 +288,10 @@ class Walker {
 
   void OnCall(const pg_query::FuncCall& call) {
     const std::string name = Lower(LastName(call.funcname()));
-    if (name == "pg_advisory_lock" || name == "pg_advisory_lock_shared" ||
-        name == "pg_try_advisory_lock" || name == "pg_try_advisory_lock_shared") {
+    if (name == "pg_advisory_lock" || name == "pg_advisory_lock_shared") {
       Add(EffectKind::kAdvisoryLock);
+    } else if (name == "pg_try_advisory_lock" || name == "pg_try_advisory_lock_shared") {
+      Add(EffectKind::kTryAdvisoryLock);
     } else if (name == "pg_advisory_unlock" || name == "pg_advisory_unlock_shared") {
       Add(EffectKind::kAdvisoryUnlock);
     } else if (name == "pg_advisory_unlock_all") {

@@ -42,6 +42,7 @@ METRICS = {
     "pgfleet_client_connections_total", "pgfleet_max_client_conn",
     "pgfleet_clients_rejected_total", "pgfleet_cancel_rate_limited_total",
     "pgfleet_database_host_serves",
+    "pgfleet_pools_server_pinned_connections", "pgfleet_session_pins_total",
 }
 HISTOGRAMS = {"pgfleet_stats_query_duration_seconds", "pgfleet_stats_transaction_duration_seconds",
               "pgfleet_stats_wait_duration_seconds"}

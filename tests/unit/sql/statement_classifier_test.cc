@@ -120,9 +120,9 @@ TEST(ClassifyTest, ObjectsThatPinAndWhatReleasesThem) {
 TEST(ClassifyTest, AdvisoryLocksWhereverTheyAreCalled) {
   EXPECT_THAT(Kinds("SELECT pg_advisory_lock(42)"), ElementsAre(EffectKind::kAdvisoryLock));
   EXPECT_THAT(Kinds("SELECT pg_catalog.pg_try_advisory_lock(1, 2) AS got"),
-              ElementsAre(EffectKind::kAdvisoryLock));
+              ElementsAre(EffectKind::kTryAdvisoryLock));
   EXPECT_THAT(Kinds("SELECT CASE WHEN pg_try_advisory_lock_shared(7) THEN 1 END FROM t"),
-              ElementsAre(EffectKind::kAdvisoryLock));
+              ElementsAre(EffectKind::kTryAdvisoryLock));
   EXPECT_THAT(Kinds("SELECT pg_advisory_unlock(42)"), ElementsAre(EffectKind::kAdvisoryUnlock));
   EXPECT_THAT(Kinds("SELECT pg_advisory_unlock_all()"),
               ElementsAre(EffectKind::kAdvisoryUnlockAll));

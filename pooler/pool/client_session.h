@@ -1,0 +1,71 @@
+// What a client has made of its session in transaction pooling, beyond its transactions: the
+// settings it SET (carried to each server it gets) and the state that cannot move to another
+// server (temporary tables, SQL prepared statements, session advisory locks, cursors WITH HOLD,
+// LISTEN), which pins its server to it until released (docs/architecture.md, "Session state in
+// transaction pooling"). Pure bookkeeping over the statement classifier's effects.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_set.h"
+#include "pooler/sql/session_effects.h"
+
+namespace pgfleet::pool {
+
+enum class PinReason : uint8_t {
+  kTempTable,
+  kPreparedStatement,
+  kAdvisoryLock,
+  kHoldCursor,
+  kListen
+};
+inline constexpr int kPinReasonCount = 5;
+std::string_view PinReasonName(PinReason reason);
+
+// A setting as a server has it from a client: the statement that set it and the one that
+// undoes it.
+struct SessionSetting {
+  std::string apply_sql;
+  std::string reset_sql;
+  bool operator==(const SessionSetting&) const = default;
+};
+// By name; ordered, so a client's settings are replayed in one stable order.
+using SessionSettings = std::map<std::string, SessionSetting, std::less<>>;
+
+class ClientSession {
+ public:
+  // A committed effect (its statement succeeded, its transaction committed).
+  void Apply(const sql::Effect& effect);
+
+  const SessionSettings& settings() const { return settings_; }
+  bool pinned() const { return pin_mask() != 0; }
+  // One bit per PinReason.
+  uint32_t pin_mask() const;
+  // "temp_table,advisory_lock", or "" when not pinned (SHOW CLIENTS).
+  std::string DescribePins() const;
+  // Whether `effects` could pin a session that holds nothing yet.
+  static bool AnyPins(const sql::Effects& effects);
+
+ private:
+  SessionSettings settings_;
+  absl::flat_hash_set<std::string> temp_objects_;
+  absl::flat_hash_set<std::string> prepared_;
+  absl::flat_hash_set<std::string> hold_cursors_;
+  absl::flat_hash_set<std::string> channels_;
+  // Session advisory locks taken minus released. A lock taken twice is released twice, as
+  // PostgreSQL counts. A pg_try_advisory_lock whose only column came back false took nothing
+  // (the relay reads that DataRow); one in a larger result counts as taken: the pin may outlast
+  // the lock until pg_advisory_unlock_all or the client leaves, the safe side.
+  int advisory_locks_ = 0;
+};
+
+// Appends to `sql` what makes a server whose client-made settings are `applied` carry `wanted`:
+// the RESET of each setting `wanted` lacks, then the statement of each one it has that differs.
+// Returns true when anything was appended.
+bool BuildSessionSync(const SessionSettings& wanted, const SessionSettings& applied,
+                      std::string* sql);
+
+}  // namespace pgfleet::pool

@@ -1,0 +1,287 @@
+// The relay's part in session state under transaction pooling (docs/architecture.md, "Session
+// state in transaction pooling"): which client messages may change the session (the statement
+// classifier reads them), when their effects count (their batch succeeded, their transaction
+// committed), and what the server has of them.
+#include <utility>
+
+#include "pooler/base/strings.h"
+#include "pooler/pool/relay.h"
+#include "pooler/protocol/backend.h"
+#include "pooler/protocol/builders.h"
+#include "pooler/protocol/reader.h"
+#include "pooler/protocol/sqlstate.h"
+#include "pooler/sql/statement_classifier.h"
+
+namespace pgfleet::pool {
+
+namespace {
+
+// Queries are read whole to be classified; one longer than this (a bulk INSERT of megabytes) is
+// relayed as it streams, unread. Statements that change a session are short.
+constexpr size_t kMaxClassifiedMessage = 1u << 20;
+
+std::string_view CString(std::span<const uint8_t> body) {
+  protocol::Reader reader(body);
+  std::string_view text;
+  if (!reader.ReadCString(&text)) return {};
+  return text;
+}
+
+// What the first effect that session_state: refuse turns away is, for its message.
+const char* RefusedWhat(const sql::Effects& effects) {
+  for (const sql::Effect& e : effects) {
+    switch (e.kind) {
+      case sql::EffectKind::kSet:
+        return "SET (other than SET LOCAL)";
+      case sql::EffectKind::kCreateTemp:
+        return "a temporary table";
+      case sql::EffectKind::kPrepare:
+        return "PREPARE";
+      case sql::EffectKind::kAdvisoryLock:
+      case sql::EffectKind::kTryAdvisoryLock:
+        return "a session advisory lock";
+      case sql::EffectKind::kDeclareHold:
+        return "a cursor WITH HOLD";
+      case sql::EffectKind::kListen:
+        return "LISTEN";
+      default:
+        break;
+    }
+  }
+  return nullptr;
+}
+
+// A query that fails with this ERROR on the server, so that the client's transaction (or
+// implicit one) fails exactly as for an error of its own statement.
+std::string FailingQuery(std::string_view sqlstate, std::string_view message,
+                         std::string_view hint) {
+  return base::StrCat("DO $pgfleet$BEGIN RAISE EXCEPTION USING ERRCODE = ", QuoteLiteral(sqlstate),
+                      ", MESSAGE = ", QuoteLiteral(message), ", HINT = ", QuoteLiteral(hint),
+                      "; END$pgfleet$");
+}
+
+}  // namespace
+
+Relay::SessionStep Relay::OnSessionMessage(const protocol::StreamDecoder::Piece& piece,
+                                           RelayOutput& to_server) {
+  ClientStream& client = *client_;
+  const uint8_t type = piece.header.type;
+  if (type != 'Q' && type != 'P' && type != 'B' && type != 'E' && type != 'C') {
+    return SessionStep::kRelay;
+  }
+  // Bind and Execute matter only for statements known to change the session.
+  if ((type == 'B' || type == 'E' || type == 'C') && client.statement_effects.empty() &&
+      client.portal_effects.empty()) {
+    return SessionStep::kRelay;
+  }
+  if (!piece.whole()) {
+    return piece.header.total_size() <= kMaxClassifiedMessage ? SessionStep::kNeedMore
+                                                              : SessionStep::kRelay;
+  }
+  protocol::Reader reader(piece.body());
+  switch (type) {
+    case 'Q':
+      return ClassifyQuery(CString(piece.body()), to_server);
+    case 'P': {
+      std::string_view name;
+      std::string_view query;
+      if (!reader.ReadCString(&name) || !reader.ReadCString(&query)) return SessionStep::kRelay;
+      sql::Effects effects;
+      if (sql::MayChangeSession(query)) effects = sql::Classify(query).effects;
+      if (effects.empty()) {
+        if (!client.statement_effects.empty()) client.statement_effects.erase(std::string(name));
+      } else {
+        client.statement_effects[std::string(name)] = std::move(effects);
+      }
+      return SessionStep::kRelay;
+    }
+    case 'B': {
+      std::string_view portal;
+      std::string_view statement;
+      if (!reader.ReadCString(&portal) || !reader.ReadCString(&statement)) {
+        return SessionStep::kRelay;
+      }
+      if (portal.empty()) {
+        auto it = client.statement_effects.find(std::string(statement));
+        client.portal_effects = it == client.statement_effects.end() ? sql::Effects() : it->second;
+      }
+      return SessionStep::kRelay;
+    }
+    case 'E': {
+      std::string_view portal;
+      if (reader.ReadCString(&portal) && portal.empty() && !client.portal_effects.empty()) {
+        // Answered with the ReadyForQuery of the Sync that ends this batch.
+        StageEffects(client.portal_effects, rfq_owed_.size() + 1);
+      }
+      return SessionStep::kRelay;
+    }
+    case 'C': {
+      uint8_t kind = 0;
+      std::string_view name;
+      if (reader.ReadByte(&kind) && kind == 'S' && reader.ReadCString(&name)) {
+        client.statement_effects.erase(std::string(name));
+      }
+      return SessionStep::kRelay;
+    }
+    default:
+      return SessionStep::kRelay;
+  }
+}
+
+Relay::SessionStep Relay::ClassifyQuery(std::string_view sql, RelayOutput& to_server) {
+  if (!sql::MayChangeSession(sql)) return SessionStep::kRelay;
+  sql::Classification classified = sql::Classify(sql);
+  if (classified.effects.empty()) return SessionStep::kRelay;
+  std::string refusal;
+  if (settings_.session == SessionTracking::kRefuse) {
+    if (const char* what = RefusedWhat(classified.effects)) {
+      refusal =
+          FailingQuery(protocol::sqlstate::kFeatureNotSupported,
+                       base::StrCat("pgfleet: ", what, " is not supported in transaction pooling"),
+                       "This database or user has session_state: refuse. Use SET LOCAL inside a "
+                       "transaction, or session pooling for clients that need session state.");
+    }
+  } else if (ClientSession::AnyPins(classified.effects) && !client_->session.pinned() &&
+             settings_.pins != nullptr && !settings_.pins->MayPin()) {
+    refusal = FailingQuery(
+        protocol::sqlstate::kConfigurationLimitExceeded,
+        base::StrCat("pgfleet: too many server connections are pinned to clients by session "
+                     "state (max_pinned_servers = ",
+                     settings_.pins->limit(), ")"),
+        "Temporary tables, SQL PREPARE, session advisory locks, cursors WITH HOLD and LISTEN "
+        "keep a server for one client until released. Release them in other sessions, raise "
+        "max_pinned_servers, or use session pooling for such clients.");
+  }
+  if (!refusal.empty()) {
+    scratch_.mutable_bytes().clear();
+    protocol::BuildQuery(scratch_, refusal);
+    const auto& bytes = scratch_.bytes();
+    to_server.Insert({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+    return SessionStep::kRefused;
+  }
+  StageEffects(std::move(classified.effects), rfq_owed_.size() + 1);
+  return SessionStep::kRelay;
+}
+
+void Relay::StageEffects(sql::Effects effects, size_t answers_left) {
+  staged_.push_back(StagedEffects{answers_left, false, std::move(effects)});
+  UpdateTryLockWatch();
+}
+
+void Relay::UpdateTryLockWatch() {
+  watch_try_lock_rows_ = false;
+  for (const StagedEffects& staged : staged_) {
+    for (const sql::Effect& effect : staged.effects) {
+      if (effect.kind == sql::EffectKind::kTryAdvisoryLock) watch_try_lock_rows_ = true;
+    }
+  }
+}
+
+void Relay::OnTryLockRow(std::span<const uint8_t> body) {
+  // `SELECT pg_try_advisory_lock(k)`: one column, true or false (text 't'/'f', binary 1/0).
+  // A false one took no lock; a true one did, whatever later rows say.
+  protocol::Reader reader(body);
+  int16_t columns = 0;
+  int32_t length = 0;
+  uint8_t value = 0;
+  if (!reader.ReadInt16(&columns) || columns != 1 || !reader.ReadInt32(&length) || length != 1 ||
+      !reader.ReadByte(&value)) {
+    return;
+  }
+  for (StagedEffects& staged : staged_) {
+    if (staged.answers_left != 1) continue;  // not the batch being answered
+    for (auto it = staged.effects.begin(); it != staged.effects.end(); ++it) {
+      if (it->kind != sql::EffectKind::kTryAdvisoryLock) continue;
+      if (value == 'f' || value == 0) {
+        staged.effects.erase(it);
+      } else {
+        it->kind = sql::EffectKind::kAdvisoryLock;
+      }
+      UpdateTryLockWatch();
+      return;
+    }
+  }
+}
+
+void Relay::OnSessionServerMessage(uint8_t type, std::span<const uint8_t> body) {
+  switch (type) {
+    case 'E':
+      // The batch being answered failed: its effects never took (an implicit transaction rolls
+      // back; a failed statement changed nothing).
+      for (StagedEffects& staged : staged_) {
+        if (staged.answers_left == 1) staged.failed = true;
+      }
+      break;
+    case 'C':
+      if (!tx_effects_.empty()) {
+        auto tag = protocol::ParseCommandComplete(body);
+        // COMMIT of a failed transaction reports ROLLBACK too.
+        if (tag.ok() && *tag == "ROLLBACK") tx_rolled_back_ = true;
+      }
+      break;
+    case 'Z':
+      SettleSessionEffects();
+      break;
+    default:
+      break;
+  }
+}
+
+void Relay::SettleSessionEffects() {
+  for (StagedEffects& staged : staged_) {
+    if (staged.answers_left > 0) --staged.answers_left;
+  }
+  while (!staged_.empty() && staged_.front().answers_left == 0) {
+    StagedEffects staged = std::move(staged_.front());
+    staged_.pop_front();
+    if (staged.failed) continue;
+    for (sql::Effect& effect : staged.effects) {
+      if (effect.transactional()) {
+        tx_effects_.push_back(std::move(effect));
+      } else {
+        // Session advisory locks and SQL prepared statements survive a ROLLBACK.
+        ApplySessionEffect(effect);
+      }
+    }
+  }
+  UpdateTryLockWatch();
+  if (tx_status_ == 'E') tx_rolled_back_ = true;  // a failed transaction can only roll back
+  if (tx_status_ != 'I') return;
+  if (!tx_rolled_back_) {
+    for (const sql::Effect& effect : tx_effects_) ApplySessionEffect(effect);
+  }
+  tx_effects_.clear();
+  tx_rolled_back_ = false;
+}
+
+void Relay::ApplySessionEffect(const sql::Effect& effect) {
+  if (client_ == nullptr) return;
+  if (effect.kind == sql::EffectKind::kSet) {
+    // A parameter the server reports (TimeZone, and search_path from PostgreSQL 18 on) follows
+    // the client through ParameterStatus and the parameter sync already.
+    const int slot = settings_.tracked->Find(effect.name);
+    if (slot >= 0 && params_.IsSet(static_cast<size_t>(slot))) return;
+  }
+  ClientSession& session = client_->session;
+  const bool was_pinned = session.pinned();
+  session.Apply(effect);
+  switch (effect.kind) {
+    case sql::EffectKind::kSet:
+      applied_[effect.name] = SessionSetting{effect.apply_sql, effect.reset_sql};
+      break;
+    case sql::EffectKind::kReset:
+      applied_.erase(effect.name);
+      break;
+    case sql::EffectKind::kResetAll:
+    case sql::EffectKind::kDiscardAll:
+      applied_.clear();
+      break;
+    default:
+      break;
+  }
+  if (session.pinned() != was_pinned && settings_.pins != nullptr) {
+    settings_.pins->OnPinChanged(session.pinned(), session.pin_mask());
+  }
+}
+
+}  // namespace pgfleet::pool

@@ -1,0 +1,302 @@
+// Session state under transaction pooling against a real PostgreSQL (docs/architecture.md,
+// "Session state in transaction pooling"): settings follow their client to every server it gets
+// and never reach another client; temporary tables, SQL prepared statements, advisory locks,
+// cursors WITH HOLD and LISTEN pin the client's server until released; max_pinned_servers
+// refuses a pin with an ERROR; session_state: refuse and pass.
+//
+// A neighbour client holding a transaction open makes servers change hands deterministically:
+// with a pool of 2, the client under test gets the other server for each of its transactions.
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "tests/integration/harness/fixtures.h"
+
+namespace pgfleet::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class SessionStateTest : public IntegrationTest {
+ protected:
+  static std::string Config(const std::string& pool_extra = "", int pool_size = 2,
+                            int workers = 1) {
+    return absl::StrCat("workers: ", workers,
+                        "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+                        "}\npool:\n  pool_mode: transaction\n  default_pool_size: ", pool_size,
+                        "\n", pool_extra, "admin:\n  users: [admin]\n");
+  }
+  static PgServer& pg() { return PgServer::Shared(); }
+
+  static ConnPtr Client(const PgfleetProcess& fleet) {
+    ConnPtr c = Connect(fleet.ConnString());
+    EXPECT_TRUE(Ok(c)) << ErrorOf(c);
+    return c;
+  }
+  static std::string Pid(const ConnPtr& c) { return Value(c, "SELECT pg_backend_pid()"); }
+  static void Run(const ConnPtr& c, const std::string& sql) {
+    ResultPtr r = Exec(c, sql);
+    ASSERT_TRUE(ResultOk(r)) << sql << ": " << ErrorOf(c);
+  }
+
+  // SHOW POOLS' sv_pinned and SHOW CLIENTS' pinned column, through the admin console.
+  static int PinnedServers(const PgfleetProcess& fleet) {
+    ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+    int pinned = 0;
+    for (const Row& row : RowsOf(Exec(admin, "SHOW POOLS"))) {
+      if (row.at("database") == "postgres") pinned += std::stoi(row.at("sv_pinned"));
+    }
+    return pinned;
+  }
+  static std::multiset<std::string> PinReasons(const PgfleetProcess& fleet) {
+    ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+    std::multiset<std::string> reasons;
+    for (const Row& row : RowsOf(Exec(admin, "SHOW CLIENTS"))) {
+      if (!row.at("pinned").empty()) reasons.insert(row.at("pinned"));
+    }
+    return reasons;
+  }
+  static bool WaitForPinned(const PgfleetProcess& fleet, int n) {
+    return WaitFor([&] { return PinnedServers(fleet) == n; }, std::chrono::seconds(5));
+  }
+};
+
+TEST_F(SessionStateTest, SettingsFollowTheirClientToEveryServerAndNeverReachAnother) {
+  PgfleetProcess fleet(Config());
+  auto a = Client(fleet);
+  auto neighbour = Client(fleet);
+  Run(a, "SET statement_timeout = '4321ms'");
+  Run(a, "SET search_path = app_schema, public");
+  Run(a, "SELECT set_config('app.tenant', 'acme', false)");
+  // Extended protocol (psycopg, pgx): the same SET through Parse/Bind/Execute.
+  ResultPtr extended(PQexecParams(a.get(), "SET lock_timeout = '1500ms'", 0, nullptr, nullptr,
+                                  nullptr, nullptr, 0));
+  ASSERT_TRUE(ResultOk(extended)) << ErrorOf(a);
+  // Transactional: a rolled-back SET is gone, a committed one stays.
+  Run(a, "BEGIN");
+  Run(a, "SET work_mem = '3MB'");
+  Run(a, "ROLLBACK");
+  Run(a, "BEGIN; SET idle_in_transaction_session_timeout = '77s'; COMMIT");
+  Run(a, "BEGIN");
+  Run(a, "SET LOCAL maintenance_work_mem = '9MB'");  // ends with its transaction
+  Run(a, "COMMIT");
+
+  std::set<std::string> a_servers;
+  for (int round = 0; round < 4; ++round) {
+    // The neighbour holds one server inside a transaction; `a` gets the other one. Who comes
+    // first alternates, so that `a` gets the server the neighbour used last every other round.
+    if (round % 2 == 1) Run(a, "BEGIN");
+    Run(neighbour, "BEGIN");
+    const std::string neighbour_pid = Pid(neighbour);
+    EXPECT_EQ(Value(neighbour, "SHOW statement_timeout"), "0") << "round " << round;
+    EXPECT_EQ(Value(neighbour, "SHOW search_path"), "\"$user\", public");
+    EXPECT_EQ(Value(neighbour, "SELECT coalesce(current_setting('app.tenant', true), '')"), "");
+    EXPECT_EQ(Value(neighbour, "SHOW lock_timeout"), "0");
+    EXPECT_EQ(Value(neighbour, "SHOW idle_in_transaction_session_timeout"), "0");
+
+    const std::string a_pid = Pid(a);
+    EXPECT_NE(a_pid, neighbour_pid);
+    a_servers.insert(a_pid);
+    EXPECT_EQ(Value(a, "SHOW statement_timeout"), "4321ms") << "round " << round;
+    EXPECT_EQ(Value(a, "SHOW search_path"), "app_schema, public");
+    EXPECT_EQ(Value(a, "SELECT current_setting('app.tenant')"), "acme");
+    EXPECT_EQ(Value(a, "SHOW lock_timeout"), "1500ms");
+    EXPECT_EQ(Value(a, "SHOW work_mem"), "4MB");
+    EXPECT_EQ(Value(a, "SHOW idle_in_transaction_session_timeout"), "77s");
+    EXPECT_EQ(Value(a, "SHOW maintenance_work_mem"), "64MB");
+    if (round % 2 == 1) Run(a, "COMMIT");
+    Run(neighbour, "COMMIT");
+  }
+  EXPECT_EQ(a_servers.size(), 2u) << "the client's transactions must have used both servers";
+
+  // RESET and DISCARD ALL end what they name, on whichever server comes next.
+  Run(a, "RESET statement_timeout");
+  Run(neighbour, "BEGIN");
+  (void)Pid(neighbour);
+  EXPECT_EQ(Value(a, "SHOW statement_timeout"), "0");
+  EXPECT_EQ(Value(a, "SHOW search_path"), "app_schema, public");
+  Run(neighbour, "COMMIT");
+  Run(a, "DISCARD ALL");
+  Run(neighbour, "BEGIN");
+  (void)Pid(neighbour);
+  EXPECT_EQ(Value(a, "SHOW search_path"), "\"$user\", public");
+  EXPECT_EQ(Value(a, "SHOW lock_timeout"), "0");
+  Run(neighbour, "COMMIT");
+}
+
+TEST_F(SessionStateTest, ATemporaryTablePinsItsServerUntilDropped) {
+  PgfleetProcess fleet(Config());
+  auto a = Client(fleet);
+  auto neighbour = Client(fleet);
+  Run(a, "CREATE TEMP TABLE scratch (n int)");
+  Run(a, "INSERT INTO scratch VALUES (1)");
+  const std::string pinned_pid = Pid(a);
+  ASSERT_TRUE(WaitForPinned(fleet, 1));
+  EXPECT_EQ(PinReasons(fleet), std::multiset<std::string>{"temp_table"});
+  for (int round = 0; round < 3; ++round) {
+    Run(neighbour, "BEGIN");
+    EXPECT_NE(Pid(neighbour), pinned_pid) << "a pinned server serves nobody else";
+    EXPECT_EQ(Value(neighbour, "SELECT to_regclass('pg_temp.scratch') IS NULL"), "t");
+    Run(a, "INSERT INTO scratch VALUES (2)");
+    EXPECT_EQ(Pid(a), pinned_pid);
+    Run(neighbour, "COMMIT");
+  }
+  EXPECT_EQ(Value(a, "SELECT count(*) FROM scratch"), "4");
+  // ON COMMIT DROP tables end with their transaction: no pin.
+  Run(a, "BEGIN; CREATE TEMP TABLE t2 (n int) ON COMMIT DROP; COMMIT");
+  Run(a, "DROP TABLE scratch");
+  ASSERT_TRUE(WaitForPinned(fleet, 0));
+  // Released: two neighbours in transactions use both servers, the formerly pinned one too.
+  auto second = Client(fleet);
+  Run(neighbour, "BEGIN");
+  Run(second, "BEGIN");
+  const std::set<std::string> pids = {Pid(neighbour), Pid(second)};
+  EXPECT_TRUE(pids.contains(pinned_pid));
+  Run(neighbour, "COMMIT");
+  Run(second, "COMMIT");
+  // The metrics endpoint publishes once a second or so: poll.
+  EXPECT_TRUE(WaitFor([&] { return MetricSum(fleet, "pgfleet_session_pins_total") > 0; },
+                      std::chrono::seconds(10)));
+}
+
+TEST_F(SessionStateTest, PreparedStatementsLocksAndHoldCursorsPinUntilReleased) {
+  PgfleetProcess fleet(Config("  max_pinned_servers: 2\n", 3));
+  auto a = Client(fleet);
+  auto neighbour = Client(fleet);
+
+  Run(a, "PREPARE answer (int) AS SELECT 40 + $1");
+  for (int round = 0; round < 3; ++round) {
+    Run(neighbour, "BEGIN");
+    EXPECT_EQ(Value(a, "EXECUTE answer(2)"), "42");
+    ResultPtr r = Exec(neighbour, "EXECUTE answer(2)");
+    EXPECT_EQ(SqlState(r), "26000") << "another client must not see the statement";
+    Run(neighbour, "ROLLBACK");
+  }
+  Run(a, "DEALLOCATE answer");
+  ASSERT_TRUE(WaitForPinned(fleet, 0));
+
+  Run(a, "SELECT pg_advisory_lock(4242)");
+  ASSERT_TRUE(WaitForPinned(fleet, 1));
+  EXPECT_EQ(Value(neighbour, "SELECT pg_try_advisory_lock(4242)"), "f");
+  Run(a, "SELECT pg_advisory_unlock(4242)");
+  ASSERT_TRUE(WaitForPinned(fleet, 0));
+  EXPECT_EQ(Value(neighbour, "SELECT pg_try_advisory_lock(4242)"), "t");
+  EXPECT_EQ(Value(neighbour, "SELECT pg_advisory_unlock(4242)"), "t");
+
+  Run(a, "BEGIN");
+  Run(a, "DECLARE rows CURSOR WITH HOLD FOR SELECT generate_series(1, 3)");
+  Run(a, "COMMIT");
+  ASSERT_TRUE(WaitForPinned(fleet, 1));
+  Run(neighbour, "BEGIN");
+  (void)Pid(neighbour);
+  EXPECT_EQ(Value(a, "FETCH 1 FROM rows"), "1");
+  EXPECT_EQ(Value(a, "FETCH 1 FROM rows"), "2");
+  Run(neighbour, "COMMIT");
+  Run(a, "CLOSE rows");
+  ASSERT_TRUE(WaitForPinned(fleet, 0));
+
+  // A client that leaves holding a lock: its server is reset (DISCARD ALL) before reuse, so the
+  // lock is free for the next client.
+  Run(a, "SELECT pg_advisory_lock(77)");
+  ASSERT_TRUE(WaitForPinned(fleet, 1));
+  a.reset();
+  ASSERT_TRUE(WaitForPinned(fleet, 0));
+  EXPECT_TRUE(WaitFor([&] { return Value(neighbour, "SELECT pg_try_advisory_lock(77)") == "t"; },
+                      std::chrono::seconds(5)));
+  Run(neighbour, "SELECT pg_advisory_unlock_all()");
+}
+
+TEST_F(SessionStateTest, ThePinnedServerLimitRefusesWithAnErrorAndTheClientGoesOn) {
+  PgfleetProcess fleet(Config("  max_pinned_servers: 1\n", 3));
+  auto a = Client(fleet);
+  auto b = Client(fleet);
+  Run(a, "CREATE TEMP TABLE mine (n int)");
+  ASSERT_TRUE(WaitForPinned(fleet, 1));
+
+  ResultPtr refused = Exec(b, "CREATE TEMP TABLE theirs (n int)");
+  EXPECT_EQ(SqlState(refused), "53400");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("max_pinned_servers = 1"));
+  EXPECT_EQ(Value(b, "SELECT to_regclass('pg_temp.theirs') IS NULL"), "t");
+  EXPECT_EQ(Value(b, "SELECT 1"), "1") << "the client goes on";
+  // Inside a transaction the refusal fails the transaction, as any error would.
+  Run(b, "BEGIN");
+  refused = Exec(b, "SELECT pg_advisory_lock(9)");
+  EXPECT_EQ(SqlState(refused), "53400");
+  EXPECT_EQ(SqlState(Exec(b, "SELECT 1")), "25P02");
+  Run(b, "ROLLBACK");
+  EXPECT_EQ(Value(b, "SELECT 1"), "1");
+  // A client already pinned may add more state to its own server.
+  Run(a, "SELECT pg_advisory_lock(10)");
+  Run(a, "SELECT pg_advisory_unlock_all()");
+  Run(a, "DROP TABLE mine");
+  ASSERT_TRUE(WaitForPinned(fleet, 0));
+  Run(b, "CREATE TEMP TABLE theirs (n int)");
+  ASSERT_TRUE(WaitForPinned(fleet, 1));
+}
+
+TEST_F(SessionStateTest, ListenersGetAnotherClientsNotifyWithinASecond) {
+  PgfleetProcess fleet(Config("  max_pinned_servers: 4\n", 6, /*workers=*/2));
+  std::vector<ConnPtr> listeners;
+  for (int i = 0; i < 3; ++i) {
+    listeners.push_back(Client(fleet));
+    Run(listeners.back(), "LISTEN jobs");
+  }
+  ASSERT_TRUE(WaitForPinned(fleet, 3));
+  auto notifier = Client(fleet);
+  const auto sent_at = std::chrono::steady_clock::now();
+  Run(notifier, "NOTIFY jobs, 'hello'");
+  for (auto& listener : listeners) {
+    PGnotify* notify = nullptr;
+    while (notify == nullptr &&
+           std::chrono::steady_clock::now() - sent_at < std::chrono::seconds(1)) {
+      ASSERT_EQ(PQconsumeInput(listener.get()), 1) << ErrorOf(listener);
+      notify = PQnotifies(listener.get());
+      if (notify == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_NE(notify, nullptr) << "no notification within 1 s";
+    EXPECT_STREQ(notify->relname, "jobs");
+    EXPECT_STREQ(notify->extra, "hello");
+    PQfreemem(notify);
+  }
+  Run(listeners[0], "UNLISTEN *");
+  ASSERT_TRUE(WaitForPinned(fleet, 2));
+}
+
+TEST_F(SessionStateTest, RefuseAnswersSessionStatementsWithAnErrorAndPassRelaysThem) {
+  {
+    PgfleetProcess fleet(Config("  session_state: refuse\n"));
+    auto a = Client(fleet);
+    ResultPtr refused = Exec(a, "SET statement_timeout = 1000");
+    EXPECT_EQ(SqlState(refused), "0A000");
+    EXPECT_THAT(ErrorOf(a), HasSubstr("session_state: refuse"));
+    EXPECT_EQ(SqlState(Exec(a, "LISTEN jobs")), "0A000");
+    Run(a, "BEGIN");
+    Run(a, "SET LOCAL statement_timeout = 1000");
+    EXPECT_EQ(Value(a, "SHOW statement_timeout"), "1s");
+    Run(a, "COMMIT");
+    EXPECT_EQ(Value(a, "SHOW statement_timeout"), "0");
+    EXPECT_EQ(PinnedServers(fleet), 0);
+  }
+  {
+    // pass: relayed as PgBouncer does; nothing is tracked, nothing is pinned.
+    PgfleetProcess fleet(Config("  session_state: pass\n"));
+    auto a = Client(fleet);
+    auto neighbour = Client(fleet);
+    Run(a, "SET statement_timeout = 1000");
+    Run(a, "CREATE TEMP TABLE t (n int)");
+    EXPECT_EQ(PinnedServers(fleet), 0);
+    Run(neighbour, "BEGIN");
+    const std::string neighbour_pid = Pid(neighbour);
+    EXPECT_NE(Pid(a), neighbour_pid);
+    Run(neighbour, "COMMIT");
+  }
+}
+
+}  // namespace
+}  // namespace pgfleet::testing
