@@ -21,7 +21,7 @@ constexpr std::array<std::string_view, 11> kSessionVerbs = {
     "set",   "reset",  "discard",  "prepare", "deallocate", "declare",
     "close", "listen", "unlisten", "create",  "drop"};
 
-// Skips white space and comments (-- and /* */, not nested: enough to find the first word).
+// Skips white space, opening parentheses and comments (--, and /* */ as they nest).
 size_t SkipBlanks(std::string_view sql, size_t pos) {
   while (pos < sql.size()) {
     const char c = sql[pos];
@@ -31,8 +31,20 @@ size_t SkipBlanks(std::string_view sql, size_t pos) {
       const size_t end = sql.find('\n', pos);
       pos = end == std::string_view::npos ? sql.size() : end + 1;
     } else if (c == '/' && pos + 1 < sql.size() && sql[pos + 1] == '*') {
-      const size_t end = sql.find("*/", pos + 2);
-      pos = end == std::string_view::npos ? sql.size() : end + 2;
+      // PostgreSQL's block comments nest.
+      int depth = 1;
+      pos += 2;
+      while (pos < sql.size() && depth > 0) {
+        if (sql.compare(pos, 2, "/*") == 0) {
+          ++depth;
+          pos += 2;
+        } else if (sql.compare(pos, 2, "*/") == 0) {
+          --depth;
+          pos += 2;
+        } else {
+          ++pos;
+        }
+      }
     } else {
       break;
     }
@@ -335,6 +347,14 @@ bool MayChangeSession(std::string_view sql) {
   }
   for (size_t at = sql.find('_', end); at != std::string_view::npos; at = sql.find('_', at + 1)) {
     if (NamesSessionFunction(sql, at)) return true;
+  }
+  // SELECT ... INTO TEMP t (and anything else naming "temp": a false alarm costs one parse).
+  constexpr std::string_view kTemp = "temp";
+  for (size_t at = 0; at + kTemp.size() <= sql.size(); ++at) {
+    if ((sql[at] | 0x20) == 't' &&
+        absl::EqualsIgnoreCase(base::Av(sql.substr(at, kTemp.size())), base::Av(kTemp))) {
+      return true;
+    }
   }
   return false;
 }

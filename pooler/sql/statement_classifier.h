@@ -17,7 +17,7 @@ namespace pgfleet::sql {
 // False when `sql` certainly leaves the session as it was (beyond its transaction): no need to
 // parse it. True when it may not: a SET, RESET, DISCARD, PREPARE, DEALLOCATE, DECLARE, CLOSE,
 // LISTEN, UNLISTEN, CREATE or DROP, anything that names an advisory lock function or
-// set_config(), and any query of several statements.
+// set_config() or says "temp" (SELECT ... INTO TEMP), and any query of several statements.
 bool MayChangeSession(std::string_view sql);
 
 struct Classification {

@@ -18,7 +18,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-asan}
 FUZZ_CXX=${FUZZ_CXX:-clang++}
 ALL_TARGETS=(startup_fuzz frontend_decoder_fuzz backend_decoder_fuzz config_fuzz scram_fuzz
-  auth_files_fuzz relay_fuzz handoff_fuzz)
+  auth_files_fuzz relay_fuzz handoff_fuzz classifier_fuzz)
 if [[ $# -gt 0 ]]; then targets=("$@"); else targets=("${ALL_TARGETS[@]}"); fi
 
 if ! command -v "$FUZZ_CXX" >/dev/null; then

@@ -46,6 +46,9 @@ TEST(MayChangeSessionTest, EverythingThatMayChangeASessionIsLetThrough) {
   EXPECT_TRUE(MayChangeSession("SELECT set_config('a.b', 'c', false)"));
   EXPECT_TRUE(MayChangeSession("BEGIN; SET LOCAL work_mem = '8MB'; SELECT 1"));
   EXPECT_TRUE(MayChangeSession("(SELECT pg_advisory_unlock_all())"));
+  EXPECT_TRUE(MayChangeSession("SELECT 1 INTO TEMP t"));
+  // Block comments nest: the statement is the SET after the outer comment's end.
+  EXPECT_TRUE(MayChangeSession("/* a /* b */ c */ SET x.y = 1"));
 }
 
 TEST(ClassifyTest, SessionSettingsAndTheirResets) {
