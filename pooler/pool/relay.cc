@@ -70,7 +70,10 @@ FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
         inserted = true;
       }
     }
-    if (settings_.track_prepared && !inserted) {
+    // A refused Parse or Bind is of the unnamed statement: RewritePrepared still counts its
+    // answer.
+    if (settings_.track_prepared &&
+        (!inserted || piece.header.type == 'P' || piece.header.type == 'B')) {
       scratch_.mutable_bytes().clear();
       const Rewrite rewrite = RewritePrepared(piece, &skip, &verdict);
       if (rewrite == Rewrite::kNeedMore || rewrite == Rewrite::kReject) break;

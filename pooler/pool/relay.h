@@ -99,8 +99,9 @@ struct ClientStream {
   ClientSession session;
   absl::flat_hash_map<std::string, sql::Effects> statement_effects;
   sql::Effects portal_effects;
-  bool in_copy_in = false;  // inside COPY FROM STDIN
-  bool unsynced = false;    // sent extended-protocol messages not yet closed by Sync
+  bool unnamed_refused = false;  // its unnamed statement is pgfleet's refusal (relay_session.cc)
+  bool in_copy_in = false;       // inside COPY FROM STDIN
+  bool unsynced = false;         // sent extended-protocol messages not yet closed by Sync
   // A query cancelled while queued: its rest is dropped as it arrives, never relayed.
   CancelledRest cancelled_rest = CancelledRest::kNone;
 
@@ -228,6 +229,9 @@ class Relay {
   enum class SessionStep { kRelay, kNeedMore, kRefused };
   SessionStep OnSessionMessage(const protocol::StreamDecoder::Piece& piece, RelayOutput& to_server);
   SessionStep ClassifyQuery(std::string_view sql, RelayOutput& to_server);
+  // The query that fails with pgfleet's ERROR for statements with `effects`, or "" when they
+  // may run (session_state: refuse, max_pinned_servers).
+  std::string Refusal(const sql::Effects& effects) const;
   void StageEffects(sql::Effects effects, size_t answers_left);
   void OnSessionServerMessage(uint8_t type, std::span<const uint8_t> body);
   void SettleSessionEffects();

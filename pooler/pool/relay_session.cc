@@ -2,7 +2,9 @@
 // state in transaction pooling"): which client messages may change the session (the statement
 // classifier reads them), when their effects count (their batch succeeded, their transaction
 // committed), and what the server has of them.
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "pooler/base/strings.h"
 #include "pooler/pool/relay.h"
@@ -19,6 +21,7 @@ namespace {
 // Queries are read whole to be classified; one longer than this (a bulk INSERT of megabytes) is
 // relayed as it streams, unread. Statements that change a session are short.
 constexpr size_t kMaxClassifiedMessage = 1u << 20;
+constexpr uint32_t kTextOid = 25;
 
 std::string_view CString(std::span<const uint8_t> body) {
   protocol::Reader reader(body);
@@ -71,7 +74,7 @@ Relay::SessionStep Relay::OnSessionMessage(const protocol::StreamDecoder::Piece&
   }
   // Bind and Execute matter only for statements known to change the session.
   if ((type == 'B' || type == 'E' || type == 'C') && client.statement_effects.empty() &&
-      client.portal_effects.empty()) {
+      client.portal_effects.empty() && !client.unnamed_refused) {
     return SessionStep::kRelay;
   }
   if (!piece.whole()) {
@@ -85,9 +88,28 @@ Relay::SessionStep Relay::OnSessionMessage(const protocol::StreamDecoder::Piece&
     case 'P': {
       std::string_view name;
       std::string_view query;
-      if (!reader.ReadCString(&name) || !reader.ReadCString(&query)) return SessionStep::kRelay;
+      int16_t param_count = 0;
+      if (!reader.ReadCString(&name) || !reader.ReadCString(&query) ||
+          !reader.ReadInt16(&param_count)) {
+        return SessionStep::kRelay;
+      }
       sql::Effects effects;
       if (sql::MayChangeSession(query)) effects = sql::Classify(query).effects;
+      if (!effects.empty() && name.empty()) {
+        // The unnamed statement (psycopg, pgx and JDBC before they prepare): refused like a
+        // Query, by a statement that fails when executed. It takes no parameters: the Binds of
+        // it lose theirs (below).
+        if (const std::string refusal = Refusal(effects); !refusal.empty()) {
+          scratch_.mutable_bytes().clear();
+          protocol::BuildParse(scratch_, "", refusal, {});
+          const auto& bytes = scratch_.bytes();
+          to_server.Insert({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+          client.statement_effects.erase(std::string());
+          client.unnamed_refused = true;
+          return SessionStep::kRefused;
+        }
+      }
+      if (name.empty()) client.unnamed_refused = false;
       if (effects.empty()) {
         if (!client.statement_effects.empty()) client.statement_effects.erase(std::string(name));
       } else {
@@ -100,6 +122,37 @@ Relay::SessionStep Relay::OnSessionMessage(const protocol::StreamDecoder::Piece&
       std::string_view statement;
       if (!reader.ReadCString(&portal) || !reader.ReadCString(&statement)) {
         return SessionStep::kRelay;
+      }
+      int16_t format_count = 0;
+      if (statement.empty() && client.unnamed_refused && reader.ReadInt16(&format_count) &&
+          format_count >= 0) {
+        // A Bind of the refused statement: the same portal and result formats, no parameters.
+        std::span<const uint8_t> skipped;
+        int16_t param_count = 0;
+        if (!reader.ReadBytes(2 * static_cast<size_t>(format_count), &skipped) ||
+            !reader.ReadInt16(&param_count)) {
+          return SessionStep::kRelay;
+        }
+        for (int16_t i = 0; i < param_count; ++i) {
+          int32_t length = 0;
+          if (!reader.ReadInt32(&length) ||
+              (length > 0 && !reader.ReadBytes(static_cast<size_t>(length), &skipped))) {
+            return SessionStep::kRelay;
+          }
+        }
+        const auto result_formats = reader.Rest();
+        protocol::StringSink body;
+        body.Append(portal);
+        body.Append(std::string_view("\0\0\0\0\0\0", 6));  // statement "", 0 formats, 0 params
+        body.Append(std::string_view(reinterpret_cast<const char*>(result_formats.data()),
+                                     result_formats.size()));
+        scratch_.mutable_bytes().clear();
+        const auto& b = body.bytes();
+        protocol::BuildMessage(scratch_, 'B',
+                               {reinterpret_cast<const uint8_t*>(b.data()), b.size()});
+        const auto& bytes = scratch_.bytes();
+        to_server.Insert({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+        return SessionStep::kRefused;
       }
       if (portal.empty()) {
         auto it = client.statement_effects.find(std::string(statement));
@@ -132,27 +185,7 @@ Relay::SessionStep Relay::ClassifyQuery(std::string_view sql, RelayOutput& to_se
   if (!sql::MayChangeSession(sql)) return SessionStep::kRelay;
   sql::Classification classified = sql::Classify(sql);
   if (classified.effects.empty()) return SessionStep::kRelay;
-  std::string refusal;
-  if (settings_.session == SessionTracking::kRefuse) {
-    if (const char* what = RefusedWhat(classified.effects)) {
-      refusal =
-          FailingQuery(protocol::sqlstate::kFeatureNotSupported,
-                       base::StrCat("pgfleet: ", what, " is not supported in transaction pooling"),
-                       "This database or user has session_state: refuse. Use SET LOCAL inside a "
-                       "transaction, or session pooling for clients that need session state.");
-    }
-  } else if (ClientSession::AnyPins(classified.effects) && !client_->session.pinned() &&
-             settings_.pins != nullptr && !settings_.pins->MayPin()) {
-    refusal = FailingQuery(
-        protocol::sqlstate::kConfigurationLimitExceeded,
-        base::StrCat("pgfleet: too many server connections are pinned to clients by session "
-                     "state (max_pinned_servers = ",
-                     settings_.pins->limit(), ")"),
-        "Temporary tables, SQL PREPARE, session advisory locks, cursors WITH HOLD and LISTEN "
-        "keep a server for one client until released. Release them in other sessions, raise "
-        "max_pinned_servers, or use session pooling for such clients.");
-  }
-  if (!refusal.empty()) {
+  if (const std::string refusal = Refusal(classified.effects); !refusal.empty()) {
     scratch_.mutable_bytes().clear();
     protocol::BuildQuery(scratch_, refusal);
     const auto& bytes = scratch_.bytes();
@@ -161,6 +194,29 @@ Relay::SessionStep Relay::ClassifyQuery(std::string_view sql, RelayOutput& to_se
   }
   StageEffects(std::move(classified.effects), rfq_owed_.size() + 1);
   return SessionStep::kRelay;
+}
+
+std::string Relay::Refusal(const sql::Effects& effects) const {
+  if (settings_.session == SessionTracking::kRefuse) {
+    const char* what = RefusedWhat(effects);
+    if (what == nullptr) return "";
+    return FailingQuery(protocol::sqlstate::kFeatureNotSupported,
+                        base::StrCat("pgfleet: ", what, " is not supported in transaction pooling"),
+                        "This database or user has session_state: refuse. Use SET LOCAL inside a "
+                        "transaction, or session pooling for clients that need session state.");
+  }
+  if (!ClientSession::AnyPins(effects) || client_->session.pinned() || settings_.pins == nullptr ||
+      settings_.pins->MayPin()) {
+    return "";
+  }
+  return FailingQuery(
+      protocol::sqlstate::kConfigurationLimitExceeded,
+      base::StrCat("pgfleet: too many server connections are pinned to clients by session "
+                   "state (max_pinned_servers = ",
+                   settings_.pins->limit(), ")"),
+      "Temporary tables, SQL PREPARE, session advisory locks, cursors WITH HOLD and LISTEN "
+      "keep a server for one client until released. Release them in other sessions, raise "
+      "max_pinned_servers, or use session pooling for such clients.");
 }
 
 void Relay::StageEffects(sql::Effects effects, size_t answers_left) {

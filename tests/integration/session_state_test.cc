@@ -224,6 +224,12 @@ TEST_F(SessionStateTest, ThePinnedServerLimitRefusesWithAnErrorAndTheClientGoesO
   EXPECT_THAT(ErrorOf(b), HasSubstr("max_pinned_servers = 1"));
   EXPECT_EQ(Value(b, "SELECT to_regclass('pg_temp.theirs') IS NULL"), "t");
   EXPECT_EQ(Value(b, "SELECT 1"), "1") << "the client goes on";
+  // The extended protocol's unnamed statement (psycopg, pgx), with a parameter.
+  const char* key = "9";
+  ResultPtr extended(PQexecParams(b.get(), "SELECT pg_advisory_lock($1::bigint)", 1, nullptr, &key,
+                                  nullptr, nullptr, 0));
+  EXPECT_EQ(SqlState(extended), "53400") << ErrorOf(b);
+  EXPECT_EQ(Value(b, "SELECT 2"), "2");
   // Inside a transaction the refusal fails the transaction, as any error would.
   Run(b, "BEGIN");
   refused = Exec(b, "SELECT pg_advisory_lock(9)");
@@ -276,6 +282,10 @@ TEST_F(SessionStateTest, RefuseAnswersSessionStatementsWithAnErrorAndPassRelaysT
     EXPECT_EQ(SqlState(refused), "0A000");
     EXPECT_THAT(ErrorOf(a), HasSubstr("session_state: refuse"));
     EXPECT_EQ(SqlState(Exec(a, "LISTEN jobs")), "0A000");
+    ResultPtr extended(
+        PQexecParams(a.get(), "SET work_mem = '8MB'", 0, nullptr, nullptr, nullptr, nullptr, 0));
+    EXPECT_EQ(SqlState(extended), "0A000");
+    EXPECT_EQ(Value(a, "SHOW work_mem"), "4MB");
     Run(a, "BEGIN");
     Run(a, "SET LOCAL statement_timeout = 1000");
     EXPECT_EQ(Value(a, "SHOW statement_timeout"), "1s");
