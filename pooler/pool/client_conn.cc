@@ -399,16 +399,18 @@ void ClientConn::Close(std::string_view reason) {
                 " user=", base::LogQuote(user_), " db=", base::LogQuote(database_),
                 " state=", ClientStateName(state_), " reason=", base::LogQuote(reason));
   }
-  if (cancel_key_registered_) {
-    host_.cancels().ForgetCancelKey(cancel_key_);
-    cancel_key_registered_ = false;
-  }
   if (auth_query_server_ != nullptr) {
     auth_query_server_->AbandonAuthQuery();
     auth_query_server_ = nullptr;
   }
   CloseSocket();
   host_.DeleteClient(this);  // unlinks from pool and lists, sets kClosed, defers delete
+  // After the pool let go of it: a client that left mid-query hands its key to the query's
+  // server there (CancelHandler::KeepCancelKey), and this forgets nothing more then.
+  if (cancel_key_registered_) {
+    host_.cancels().ForgetCancelKey(cancel_key_);
+    cancel_key_registered_ = false;
+  }
 }
 
 void ClientConn::FatalRaw(std::span<const uint8_t> error_message) {
