@@ -304,7 +304,9 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
     } else if (absl::StartsWith(name, "_pq_.")) {
       continue;  // listed in NegotiateProtocolVersion
     } else if (int slot = context_.tracked_params().Find(name); slot >= 0) {
-      stream_.params.Set(static_cast<size_t>(slot), value);
+      // As the server will report it (client_encoding=utf8 is reported as UTF8): what the client
+      // is told at login, and what a server's value is compared with.
+      stream_.params.Set(static_cast<size_t>(slot), CanonicalParamValue(name, value));
     } else if (std::find(config.pool.ignore_startup_parameters.begin(),
                          config.pool.ignore_startup_parameters.end(),
                          name) != config.pool.ignore_startup_parameters.end()) {
