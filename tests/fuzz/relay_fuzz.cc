@@ -801,6 +801,8 @@ class Harness {
       if (discards_in_flight_ > 0) raced_discard_ = true;
       tag_ = hidden ? Tag::kHidden : Tag::kClient;
       answering_missing_ = NamesMissingStatement(type, body);
+      if (answering_missing_)
+        TRACE("    (it names %s: it fails there)\n", pool::kMissingStatementName.data());
       ServerReceives(type, body);
       answering_missing_ = false;
       tag_ = Tag::kClient;
