@@ -33,7 +33,9 @@
 //  - answers: the client never gets more ParseComplete/BindComplete/CloseComplete than it sent
 //    Parse/Bind/Close (model mode);
 //  - prepared statements: the server never gets a Bind/Describe of a pgfleet_ statement it lacks
-//    or a Parse of one it has (the relay's per-server cache matches the server);
+//    (but pgfleet_missing_statement, which pgfleet sends on purpose to fail a message it refused,
+//    and whose error it replaces with the client's) or a Parse of one it has (the relay's
+//    per-server cache matches the server);
 //  - and ASan/UBSan/LeakSanitizer on all of it.
 //
 // RELAY_FUZZ_TRACE=1 prints an input's story.
