@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "pooler/base/log.h"
 #include "pooler/net/socket.h"
 #include "pooler/pool/client_conn.h"
@@ -22,11 +23,27 @@ protocol::CancelKey CancelHandler::MintCancelKey(ClientConn* client, size_t secr
     context_.random().Fill(std::span<uint8_t>(bytes, 2 + size));
     key.pid = protocol::MakeCancelPid(context_.peer_id(), (uint32_t{bytes[0]} << 8) | bytes[1]);
     key.secret.assign(bytes + 2, bytes + 2 + size);
-  } while (!cancel_keys_.emplace(key, client).second);
+  } while (KeyInUse(key) || !cancel_keys_.emplace(key, client).second);
   return key;
 }
 
 void CancelHandler::ForgetCancelKey(const protocol::CancelKey& key) { cancel_keys_.erase(key); }
+
+void CancelHandler::KeepCancelKey(const ClientConn& client, const ServerConn& server) {
+  auto it = cancel_keys_.find(client.cancel_key());
+  if (it == cancel_keys_.end() || it->second != &client) return;
+  abandoned_[it->first] = AbandonedQuery{server.id(), server.link_generation()};
+  cancel_keys_.erase(it);
+}
+
+ServerConn* CancelHandler::StillRunning(const AbandonedQuery& query) const {
+  ServerConn* server = servers_.FindServer(query.server_id);
+  if (server == nullptr || server->link_generation() != query.link_generation ||
+      !server->query_in_progress()) {
+    return nullptr;
+  }
+  return server;
+}
 
 CancelOutcome CancelHandler::HandleCancel(const protocol::CancelKey& key, bool forwarded) {
   WorkerCounters& counters = context_.counters();
@@ -40,6 +57,23 @@ CancelOutcome CancelHandler::HandleCancel(const protocol::CancelKey& key, bool f
     PGFLEET_LOG(kDebug, "cancel_dropped", "reason=", forwarded ? "not_owner" : "unknown_owner",
                 " owner=", owner);
     return CancelOutcome::kDropped;
+  }
+  if (auto left = abandoned_.find(key); left != abandoned_.end()) {
+    // Its client left mid-query, perhaps right after sending this: the query may still run.
+    ServerConn* server = StillRunning(left->second);
+    if (server == nullptr) {
+      abandoned_.erase(left);
+      ++counters.cancels_dropped;
+      PGFLEET_LOG(kDebug, "cancel_dropped", "reason=abandoned_query_over");
+      return CancelOutcome::kDropped;
+    }
+    if (!CancelQuery(*server, forwarded ? "abandoned_forwarded" : "abandoned_client")) {
+      ++counters.cancels_dropped;
+      return CancelOutcome::kDropped;
+    }
+    PGFLEET_LOG(kInfo, "cancel_request", "client=gone server=", server->id(),
+                " forwarded=", forwarded ? "true" : "false");
+    return CancelOutcome::kSent;
   }
   auto it = cancel_keys_.find(key);
   if (it == cancel_keys_.end()) {
@@ -134,6 +168,8 @@ void CancelHandler::ExpireStale(absl::Time now) {
     if (now - raw->started_at() > timeout) stale.push_back(raw);
   }
   for (CancelRequestConn* raw : stale) raw->Finish("timeout");
+  absl::erase_if(abandoned_,
+                 [this](const auto& entry) { return StillRunning(entry.second) == nullptr; });
 }
 
 }  // namespace pgfleet::pool

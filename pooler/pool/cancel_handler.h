@@ -36,7 +36,13 @@ class CancelHandler final : public CancelTarget {
   // A key unique among this worker's live clients, carrying the worker's peer id, with a random
   // secret of `secret_size` bytes (protocol::CancelSecretSizeFor the client's protocol).
   protocol::CancelKey MintCancelKey(ClientConn* client, size_t secret_size);
+  // The client is gone: its key cancels nothing more (unless KeepCancelKey moved it first).
   void ForgetCancelKey(const protocol::CancelKey& key);
+  // `client` left while `server` runs its query (Pool::AbandonServer): its key keeps naming that
+  // query until the server has finished it, so that a CancelRequest the client sent just before
+  // it left, forwarded by a sibling or another pod and arriving after the goodbye, still reaches
+  // PostgreSQL (docs/architecture.md, "Abandoned queries").
+  void KeepCancelKey(const ClientConn& client, const ServerConn& server);
   // Handles a CancelRequest: our own key is cancelled here, a sibling's is handed to the
   // forwarder unless it was already forwarded once.
   CancelOutcome HandleCancel(const protocol::CancelKey& key, bool forwarded) override;
@@ -58,7 +64,8 @@ class CancelHandler final : public CancelTarget {
   ServerConn* FindServer(uint64_t id) const { return servers_.FindServer(id); }
   WorkerCounters& counters() { return context_.counters(); }
   void Forget(CancelRequestConn* request);
-  // Gives up on cancels that waited longer than pool.cancel_wait_timeout (the janitor).
+  // Gives up on cancels that waited longer than pool.cancel_wait_timeout, and forgets the keys of
+  // departed clients whose query is over (the janitor).
   void ExpireStale(absl::Time now);
 
  private:
@@ -66,8 +73,22 @@ class CancelHandler final : public CancelTarget {
 
   WorkerContext& context_;
   const ServerDirectory& servers_;
+  // The query a departed client left running: the server and the link that ran it.
+  struct AbandonedQuery {
+    uint64_t server_id = 0;
+    uint64_t link_generation = 0;
+  };
+  // The server still runs the query `query` names (same link, answers owed); null otherwise.
+  ServerConn* StillRunning(const AbandonedQuery& query) const;
+  bool KeyInUse(const protocol::CancelKey& key) const {
+    return cancel_keys_.contains(key) || abandoned_.contains(key);
+  }
+
   CancelForwarder* forwarder_ = nullptr;
   absl::flat_hash_map<protocol::CancelKey, ClientConn*> cancel_keys_;
+  // Keys of clients that left mid-query, until their server has finished the query (few: at most
+  // one per draining server); swept by ExpireStale.
+  absl::flat_hash_map<protocol::CancelKey, AbandonedQuery> abandoned_;
   absl::flat_hash_map<CancelRequestConn*, std::unique_ptr<CancelRequestConn>> requests_;
   RateLimiter limiter_{0};
 };

@@ -304,7 +304,9 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
     } else if (absl::StartsWith(name, "_pq_.")) {
       continue;  // listed in NegotiateProtocolVersion
     } else if (int slot = context_.tracked_params().Find(name); slot >= 0) {
-      stream_.params.Set(static_cast<size_t>(slot), value);
+      // As the server will report it (client_encoding=utf8 is reported as UTF8): what the client
+      // is told at login, and what a server's value is compared with.
+      stream_.params.Set(static_cast<size_t>(slot), CanonicalParamValue(name, value));
     } else if (std::find(config.pool.ignore_startup_parameters.begin(),
                          config.pool.ignore_startup_parameters.end(),
                          name) != config.pool.ignore_startup_parameters.end()) {
@@ -399,16 +401,18 @@ void ClientConn::Close(std::string_view reason) {
                 " user=", base::LogQuote(user_), " db=", base::LogQuote(database_),
                 " state=", ClientStateName(state_), " reason=", base::LogQuote(reason));
   }
-  if (cancel_key_registered_) {
-    host_.cancels().ForgetCancelKey(cancel_key_);
-    cancel_key_registered_ = false;
-  }
   if (auth_query_server_ != nullptr) {
     auth_query_server_->AbandonAuthQuery();
     auth_query_server_ = nullptr;
   }
   CloseSocket();
   host_.DeleteClient(this);  // unlinks from pool and lists, sets kClosed, defers delete
+  // After the pool let go of it: a client that left mid-query hands its key to the query's
+  // server there (CancelHandler::KeepCancelKey), and this forgets nothing more then.
+  if (cancel_key_registered_) {
+    host_.cancels().ForgetCancelKey(cancel_key_);
+    cancel_key_registered_ = false;
+  }
 }
 
 void ClientConn::FatalRaw(std::span<const uint8_t> error_message) {

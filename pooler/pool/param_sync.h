@@ -54,6 +54,12 @@ class ParamSet {
 bool BuildParamSync(const TrackedParamNames& names, const ParamSet& wanted, const ParamSet& current,
                     std::string* sql);
 
+// The value PostgreSQL would report for `name` set to `value`, where pgfleet knows its spelling:
+// client_encoding by any of PostgreSQL's names for an encoding ("utf8", "unicode", "Latin-1")
+// becomes the encoding's canonical name ("UTF8", "LATIN1"), as the server's ParameterStatus says
+// it. Anything else is returned as given.
+std::string CanonicalParamValue(std::string_view name, std::string_view value);
+
 // Quotes a value as a SQL string literal (E'' form when it holds backslashes).
 std::string QuoteLiteral(std::string_view value);
 

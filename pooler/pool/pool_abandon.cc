@@ -15,10 +15,14 @@ void Pool::AbandonServer(ServerConn* server, ClientConn* client) {
   const absl::Time now = context_.loop().now();
   protocol::StringSink ending;
   const bool reusable = server->relay().Abandon(now, ending);
+  CancelHandler& cancels = registry_->cancels();
+  // Its key keeps naming the query while the server runs it: a cancel the client sent just before
+  // it left may reach this worker only now, forwarded by a sibling or another pod, and PostgreSQL
+  // may have missed the one sent below (a backend not yet reading the query ignores it).
+  if (reusable) cancels.KeepCancelKey(*client, *server);
   server->Detach();
   client->Detach();
   MoveClient(client, ClientState::kClosed);
-  CancelHandler& cancels = registry_->cancels();
   WorkerCounters& counters = context_.counters();
   if (!reusable) {
     // Left inside a message: nothing can complete it, so the socket closes, and the cancel goes

@@ -95,14 +95,38 @@ class ServerStatementCache {
 // be passed on, hidden (pgfleet's own Parse/Close) or stood in for (a Parse or Close the server
 // never saw), and so a failed pipeline un-registers statements the server skipped.
 enum class PendingKind : uint8_t { kParse, kBind, kDescribe, kExecute, kClose, kSync };
-enum class PendingAction : uint8_t { kForward, kHide, kFakeParseComplete, kFakeCloseComplete };
+enum class PendingAction : uint8_t {
+  kForward,
+  kHide,
+  kFakeParseComplete,
+  kFakeCloseComplete,
+  // A message pgfleet refused as PostgreSQL would (a statement name the client does not have, or
+  // has for another query): the server was sent a message that fails (kMissingStatementName), so
+  // that it skips to the Sync and the Sync rolls the batch back, and its error is replaced by
+  // `error`, the client's.
+  kReplaceError,
+};
+
+// A statement name no server has: pgfleet names its statements "pgfleet_" and 32 hex digits, and
+// never this. A Bind or Describe of it fails, without side effects, wherever PostgreSQL must fail
+// a client's message that pgfleet answers for (a client that PREPAREs this very name in SQL
+// defeats it, and gets the answer to its own statement).
+inline constexpr std::string_view kMissingStatementName = "pgfleet_missing_statement";
 
 struct Pending {
-  PendingKind kind;
-  PendingAction action;
+  PendingKind kind = PendingKind::kSync;
+  PendingAction action = PendingAction::kForward;
   // For a renamed Parse: the statement the server registers; for an eviction Close: the one it
   // drops.
   StatementPtr statement;
+  // For a client's Parse of a named statement: the client's name for it, and whether this Parse
+  // gave the client that name (a Parse that fails, or is skipped after an error, frees it again,
+  // as in PostgreSQL). The statement the name was given is `named`.
+  std::string client_name;
+  bool named_here = false;
+  StatementPtr named;
+  // kReplaceError: the ErrorResponse the client gets in place of the server's.
+  std::string error;
 };
 
 }  // namespace pgfleet::pool

@@ -184,6 +184,14 @@ BackendVerdict Relay::FromServer(std::span<const uint8_t> data, RelayOutput& to_
 }
 
 void Relay::EmitReadyAnswers(RelayOutput& to_client) {
+  if (!replacement_error_.empty()) {
+    // In the place of the server's error, which it hid.
+    if (client_ != nullptr) {
+      to_client.Insert(
+          {reinterpret_cast<const uint8_t*>(replacement_error_.data()), replacement_error_.size()});
+    }
+    replacement_error_.clear();
+  }
   if (pending_.empty()) return;
   scratch_.mutable_bytes().clear();
   // Unlinked (its client went away), the stand-in answers still leave the queue in their turn,
@@ -250,6 +258,12 @@ bool Relay::OnPendingResponse(uint8_t type, std::span<const uint8_t> body) {
       // Errors always reach the client: a failed re-Parse reports for the message that needed it.
       if (!pending_.empty() && pending_.front().kind != PendingKind::kSync) {
         pipeline_failed_ = true;
+        if (pending_.front().action == PendingAction::kReplaceError) {
+          // The message pgfleet made fail in the place of one it refused: the client gets its
+          // own error instead (EmitReadyAnswers), and the skip to the Sync is the same.
+          replacement_error_ = std::move(pending_.front().error);
+          return false;
+        }
         // A renamed Parse refused because the server has the statement: pgfleet re-parsed it
         // before it learned that an earlier batch's eviction Close was skipped. It is there.
         if (pending_.front().kind == PendingKind::kParse && pending_.front().statement != nullptr) {
@@ -280,6 +294,7 @@ void Relay::UndoFailedPipeline() {
     Pending skipped = std::move(pending_.front());
     pending_.pop_front();
     const bool exists = std::exchange(head_exists, false);
+    if (skipped.named_here) ForgetFailedName(skipped);
     if (skipped.statement == nullptr || absl::c_linear_search(decided, skipped.statement.get())) {
       continue;
     }
@@ -305,6 +320,25 @@ void Relay::UndoFailedPipeline() {
   }
   pipeline_failed_ = false;
   failed_parse_exists_ = false;
+}
+
+void Relay::ForgetFailedName(const Pending& parse) {
+  if (client_ == nullptr) return;
+  auto it = client_->statements.find(parse.client_name);
+  if (it == client_->statements.end() || it->second != parse.named) return;
+  // A later batch already in flight that Parses the name again gives it then, if it succeeds.
+  const auto next_sync = std::find_if(pending_.begin(), pending_.end(), [](const Pending& p) {
+    return p.kind == PendingKind::kSync;
+  });
+  const auto again = std::find_if(next_sync, pending_.end(), [&](const Pending& p) {
+    return p.kind == PendingKind::kParse && p.client_name == parse.client_name;
+  });
+  if (again != pending_.end()) {
+    again->named_here = true;
+    again->named = parse.named;
+    return;
+  }
+  client_->statements.erase(it);
 }
 
 void Relay::OnCopyInResponse() {
@@ -502,6 +536,13 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
       if (hidden) {
         observer.OnHiddenQueryFailed(fields.ok() ? fields->message : "malformed");
         return false;
+      }
+      if (!replacement_error_.empty()) {
+        // Counted as the error the client gets.
+        fields = protocol::ParseErrorFields(
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(replacement_error_.data()),
+                                     replacement_error_.size())
+                .subspan(protocol::kHeaderSize));
       }
       observer.OnServerError(fields.ok() ? fields->sqlstate : std::string_view());
       if (!staged_.empty()) OnSessionServerMessage(type, body);

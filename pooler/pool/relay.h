@@ -208,8 +208,14 @@ class Relay {
  private:
   // What the server owes for each extended-protocol message in flight (see Pending).
   void PushPending(PendingKind kind, PendingAction action, StatementPtr statement = nullptr) {
-    pending_.push_back({kind, action, std::move(statement)});
+    Pending pending;
+    pending.kind = kind;
+    pending.action = action;
+    pending.statement = std::move(statement);
+    pending_.push_back(std::move(pending));
   }
+  // A failed or skipped Parse gave the client its name: the name is free again.
+  void ForgetFailedName(const Pending& parse);
   // Returns false when the backend message must not reach the client.
   bool OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayObserver& observer);
   bool OnPendingResponse(uint8_t type, std::span<const uint8_t> body);
@@ -246,6 +252,9 @@ class Relay {
   Rewrite RewritePrepared(const protocol::StreamDecoder::Piece& piece, size_t* skip,
                           FrontendVerdict* verdict);
   void EnsureOnServer(const StatementPtr& statement);
+  // Refuses the client's message as PostgreSQL does, with ERROR `sqlstate` `message` in its turn
+  // (PendingAction::kReplaceError); the server gets `poison` (in scratch_), which fails there.
+  Rewrite FailMessage(PendingKind poison, std::string_view sqlstate, std::string_view message);
   void AppendParse(const StatementPtr& statement, PendingAction action);
 
   const RelaySettings& settings_;
@@ -286,6 +295,8 @@ class Relay {
   std::deque<Pending> pending_;
   bool pipeline_failed_ = false;      // an error: the server skips to the next Sync
   bool failed_parse_exists_ = false;  // the failing message is a Parse of a statement it has
+  // The client's error that replaces the server's (kReplaceError), due after the current message.
+  std::string replacement_error_;
   ParamSet params_;
   ServerStatementCache statements_;
   // Session effects sent to the server, waiting for the answers that tell whether they took:

@@ -35,6 +35,15 @@ void Relay::EnsureOnServer(const StatementPtr& statement) {
   AppendParse(statement, PendingAction::kHide);
 }
 
+Relay::Rewrite Relay::FailMessage(PendingKind poison, std::string_view sqlstate,
+                                  std::string_view message) {
+  PushPending(poison, PendingAction::kReplaceError);
+  protocol::StringSink error;
+  protocol::BuildErrorResponse(error, "ERROR", sqlstate, message);
+  pending_.back().error = std::move(error.mutable_bytes());
+  return Rewrite::kReplace;
+}
+
 Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piece, size_t* skip,
                                       FrontendVerdict* verdict) {
   const uint8_t type = piece.header.type;
@@ -54,9 +63,10 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
     return reject(protocol::sqlstate::kProtocolViolation, "malformed extended-protocol message",
                   true);
   };
-  auto missing = [&](std::string_view name) {
-    return reject(protocol::sqlstate::kInvalidSqlStatementName,
-                  base::StrCat("prepared statement \"", name, "\" does not exist"), false);
+  // A statement the client does not have: PostgreSQL's ERROR, and the session goes on.
+  auto missing = [&](std::string_view name, PendingKind poison) {
+    return FailMessage(poison, protocol::sqlstate::kInvalidSqlStatementName,
+                       base::StrCat("prepared statement \"", name, "\" does not exist"));
   };
   auto& names = client_->statements;
 
@@ -74,12 +84,14 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
           std::string_view(reinterpret_cast<const char*>(tail.data()), tail.size()));
       ++registry.counters().prepared;
       auto [it, inserted] = names.try_emplace(std::string(name), statement);
+      *skip = piece.header.total_size();
       // Re-preparing a name is refused only for other content; the name says what the content is.
       if (!inserted && it->second->server_name != statement->server_name) {
-        return reject(protocol::sqlstate::kDuplicatePreparedStatement,
-                      base::StrCat("prepared statement \"", name, "\" already exists"), false);
+        // The server fails a Describe of a statement it cannot have in the Parse's place.
+        protocol::BuildDescribe(scratch_, 'S', kMissingStatementName);
+        return FailMessage(PendingKind::kDescribe, protocol::sqlstate::kDuplicatePreparedStatement,
+                           base::StrCat("prepared statement \"", name, "\" already exists"));
       }
-      *skip = piece.header.total_size();
       if (statements_.Contains(*statement)) {
         // The server has it already (perhaps from a client long gone, or from before the server
         // moved here): answer ParseComplete ourselves, in order.
@@ -89,6 +101,10 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
       } else {
         AppendParse(statement, PendingAction::kForward);
       }
+      Pending& parse = pending_.back();
+      parse.client_name = std::string(name);
+      parse.named_here = inserted;
+      parse.named = statement;
       return Rewrite::kReplace;
     }
     case 'B': {
@@ -101,16 +117,21 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
         PushPending(PendingKind::kBind, PendingAction::kForward);
         return Rewrite::kPassThrough;
       }
+      // New header and names; the parameters stream on from the original message.
+      const size_t names_size = portal.size() + 1 + name.size() + 1;
+      *skip = protocol::kHeaderSize + names_size;
       auto it = names.find(std::string(name));
-      if (it == names.end()) return missing(name);
+      if (it == names.end()) {
+        // The Bind itself fails on the server, naming a statement it cannot have.
+        protocol::BuildBindHead(scratch_, portal, kMissingStatementName,
+                                piece.header.body_size() - names_size);
+        return missing(name, PendingKind::kBind);
+      }
       const StatementPtr statement = it->second;
       EnsureOnServer(statement);
       PushPending(PendingKind::kBind, PendingAction::kForward);
-      // New header and names; the parameters stream on from the original message.
-      const size_t names_size = portal.size() + 1 + name.size() + 1;
       protocol::BuildBindHead(scratch_, portal, statement->server_name,
                               piece.header.body_size() - names_size);
-      *skip = protocol::kHeaderSize + names_size;
       return Rewrite::kReplace;
     }
     case 'D':
@@ -131,7 +152,10 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
         return Rewrite::kReplace;
       }
       auto it = names.find(std::string(name));
-      if (it == names.end()) return missing(name);
+      if (it == names.end()) {
+        protocol::BuildDescribe(scratch_, 'S', kMissingStatementName);
+        return missing(name, PendingKind::kDescribe);
+      }
       EnsureOnServer(it->second);
       PushPending(PendingKind::kDescribe, PendingAction::kForward);
       protocol::BuildDescribe(scratch_, 'S', it->second->server_name);

@@ -141,6 +141,11 @@ absl::Status Supervisor::Init() {
     return absl::InternalError(absl::StrCat("cannot create runtime directory under ", base));
   }
   runtime_dir_ = tmpl;
+  // Before anything binds: a second pgfleet on this address and port (or anything else listening
+  // there) is refused, where SO_REUSEPORT would let it in to take a share of the clients
+  // (listen_guard.h).
+  RETURN_IF_ERROR(listen_guard_.Acquire(base, config_.listen.address, config_.listen.port,
+                                        config_.listen.unix_socket_dir));
   // Metrics first: once the client port is bound it accepts, and workers should follow at once.
   RETURN_IF_ERROR(StartMetrics());
   RETURN_IF_ERROR(CreateListeners());
@@ -170,6 +175,10 @@ absl::Status Supervisor::CreateListeners() {
   PGFLEET_LOG(kInfo, "listening", "address=", listen.address, " port=", port_,
               " workers=", worker_count_);
   if (!listen.unix_socket_dir.empty()) {
+    // Probed in Init when the port was configured; a port the kernel picked is probed here.
+    if (listen.port == 0) {
+      RETURN_IF_ERROR(ListenGuard::CheckUnixSocketFree(listen.unix_socket_dir, port_));
+    }
     ASSIGN_OR_RETURN(unix_fd_, net::ListenUnix(listen.unix_socket_dir, port_, listen.backlog));
     PGFLEET_LOG(kInfo, "listening", "unix_socket_dir=", listen.unix_socket_dir, " port=", port_);
   }

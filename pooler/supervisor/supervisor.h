@@ -25,6 +25,7 @@
 #include "pooler/metrics/snapshot_region.h"
 #include "pooler/net/event_loop.h"
 #include "pooler/net/signal_watcher.h"
+#include "pooler/supervisor/listen_guard.h"
 
 namespace pgfleet::supervisor {
 
@@ -96,6 +97,7 @@ class Supervisor {
   config::Config config_;
   int worker_count_ = 0;
   int port_ = 0;
+  ListenGuard listen_guard_;  // holds the address's lock while the pod runs
   std::vector<int> tcp_fds_;  // one per slot
   int unix_fd_ = -1;          // shared by all workers
   int budget_fd_ = -1;

@@ -33,7 +33,9 @@
 //  - answers: the client never gets more ParseComplete/BindComplete/CloseComplete than it sent
 //    Parse/Bind/Close (model mode);
 //  - prepared statements: the server never gets a Bind/Describe of a pgfleet_ statement it lacks
-//    or a Parse of one it has (the relay's per-server cache matches the server);
+//    (but pgfleet_missing_statement, which pgfleet sends on purpose to fail a message it refused,
+//    and whose error it replaces with the client's) or a Parse of one it has (the relay's
+//    per-server cache matches the server);
 //  - and ASan/UBSan/LeakSanitizer on all of it.
 //
 // RELAY_FUZZ_TRACE=1 prints an input's story.
@@ -311,6 +313,9 @@ class Harness {
     char status;          // ReadyForQuery: the transaction status it reports
     bool discards;        // CommandComplete of DISCARD ALL / DEALLOCATE ALL
     uint64_t passed = 0;  // bytes of it the relay passed to the client
+    // An error for the message pgfleet made fail in the place of one it refused (a statement
+    // name the client lacks, or has for another query): the client gets pgfleet's error instead.
+    bool replaced = false;
   };
   struct Portal {
     QueryKind kind;
@@ -480,8 +485,8 @@ class Harness {
     static constexpr std::string_view kNames[] = {"", "a", "b", "c"};
     return std::string(kNames[fdp_.ConsumeIntegralInRange<size_t>(0, std::size(kNames) - 1)]);
   }
-  // A statement to use: when pgfleet renames, mostly one the client prepared, as pgfleet refuses
-  // unknown names and closes the client (which ends the input's story).
+  // A statement to use: when pgfleet renames, mostly one the client prepared (an unknown name is
+  // an ERROR that fails its batch, as in PostgreSQL).
   std::string PickPrepared() {
     std::string name = PickStatement();
     if (settings_.track_prepared && !name.empty() && !client_names_.contains(name) &&
@@ -625,9 +630,9 @@ class Harness {
     TRACE("  relay <- client %zu bytes (%zu pending): took %zu, kind %d\n", n, client_in_.size(),
           verdict.consumed, static_cast<int>(verdict.kind));
     if (verdict.kind == pool::FrontendVerdict::Kind::kReject) {
-      // Well-framed messages of known types are refused only for statement names (unknown, or
-      // re-prepared with another query); the shell then closes the client, ending the session.
-      FUZZ_CHECK(settings_.track_prepared && !verdict.protocol_error);
+      // Well-framed messages of known types are never refused: a statement name the client
+      // lacks, or has for another query, is an ERROR in its turn, and the session goes on.
+      FUZZ_CHECK(false);
       rejected_ = true;
       return;
     }
@@ -754,7 +759,8 @@ class Harness {
       protocol::FrameHeader header;
       FUZZ_CHECK(protocol::PeekHeader(Bytes(bytes.substr(pos)), kMaxPacket, &header) ==
                  protocol::FrameResult::kMessage);
-      FUZZ_CHECK(header.type == '1' || header.type == '3');
+      // ParseComplete, CloseComplete, or the ERROR of a message pgfleet refused.
+      FUZZ_CHECK(header.type == '1' || header.type == '3' || header.type == 'E');
       pos += header.total_size();
     }
   }
@@ -796,9 +802,27 @@ class Harness {
       // race the relay cannot avoid; the statement checks stop here).
       if (discards_in_flight_ > 0) raced_discard_ = true;
       tag_ = hidden ? Tag::kHidden : Tag::kClient;
+      answering_missing_ = NamesMissingStatement(type, body);
+      if (answering_missing_)
+        TRACE("    (it names %s: it fails there)\n", pool::kMissingStatementName.data());
       ServerReceives(type, body);
+      answering_missing_ = false;
       tag_ = Tag::kClient;
     });
+  }
+
+  // A Bind or statement Describe of the name pgfleet sends where a refused message was.
+  static bool NamesMissingStatement(uint8_t type, std::string_view body) {
+    protocol::Reader reader(Bytes(body));
+    std::string_view name;
+    uint8_t kind = 0;
+    if (type == 'B') {
+      std::string_view portal;
+      return reader.ReadCString(&portal) && reader.ReadCString(&name) &&
+             name == pool::kMissingStatementName;
+    }
+    return type == 'D' && reader.ReadByte(&kind) && kind == 'S' && reader.ReadCString(&name) &&
+           name == pool::kMissingStatementName;
   }
 
   void Emit(const std::string& message) {
@@ -816,6 +840,7 @@ class Harness {
     if (type == 'G') copy_ins_.push_back(tag_ == Tag::kClient ? copy_ends_received_ : -1);
     server_msgs_.push_back({server_generated_, server_generated_ + message.size(), type, tag_,
                             type == 'Z' ? message[5] : '\0', discards});
+    server_msgs_.back().replaced = type == 'E' && answering_missing_;
     server_generated_ += message.size();
     server_out_ += message;
   }
@@ -958,7 +983,7 @@ class Harness {
   // saw the error): PostgreSQL would refuse the client's Bind just the same.
   void CheckRenamed(std::string_view name, bool must_exist) {
     if (!settings_.track_prepared || !name.starts_with("pgfleet_") || !Trusted() ||
-        raced_discard_) {
+        raced_discard_ || name == pool::kMissingStatementName) {
       return;
     }
     const bool exists = statements_.contains(std::string(name));
@@ -1299,8 +1324,9 @@ class Harness {
           if (m.type == 'Z') --hidden_owed_;
           break;
         case Tag::kClient:
-          // Only answers to pgfleet's own Parse (re-prepare) and Close (eviction) are kept back.
-          if (!settings_.track_prepared || (m.type != '1' && m.type != '3')) {
+          // Only answers to pgfleet's own Parse (re-prepare) and Close (eviction) are kept back,
+          // and errors pgfleet replaces with the client's own.
+          if (!settings_.track_prepared || (m.type != '1' && m.type != '3' && !m.replaced)) {
             FUZZ_CHECK(m.passed == size);
           }
           break;
@@ -1421,6 +1447,7 @@ class Harness {
   int hidden_owed_ = 0;
   int discards_in_flight_ = 0;
   bool raced_discard_ = false;
+  bool answering_missing_ = false;  // the server answers a message naming kMissingStatementName
 
   // The model server.
   Tag tag_ = Tag::kClient;  // whose message the server is answering

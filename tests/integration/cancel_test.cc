@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "tests/integration/harness/fixtures.h"
 #include "tests/integration/harness/http_client.h"
@@ -44,6 +45,9 @@ bool SendCancel(PGconn* c) {
 }
 
 class CancelTest : public IntegrationTest {
+ public:
+  using IntegrationTest::pg;
+
  protected:
   // Clients waiting for a server in the whole pod, as SHOW POOLS counts them.
   int Waiting(const ConnPtr& admin) {
@@ -177,6 +181,124 @@ TEST_F(CancelTest, QueuedQueriesCancelledThroughOtherWorkersFailWithinASecond) {
   EXPECT_EQ(WaitFor([&] { return MetricSum(fleet.metrics_port(), "pgfleet_cancel_queued_total"); },
                     [](double n) { return n == kQueued; }),
             kQueued);
+  EXPECT_GT(MetricSum(fleet.metrics_port(), "pgfleet_cancel_forwarded_total"), 0);
+}
+
+// What pgx does when a query's context deadline passes: a CancelRequest, and the session closed
+// right after, without waiting for the query's answer. The kernel gives the cancel's connection to
+// any worker of the pod; whichever one it is, and whether the forwarded cancel or the client's
+// goodbye reaches the owner first, the query must stop.
+void CancelThenDisconnect(CancelTest& test, int workers) {
+  PgfleetProcess fleet(absl::StrCat(
+      "workers: ", workers, "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", test.pg().port(),
+      "}\npool:\n  pool_mode: transaction\n  default_pool_size: 8\n"));
+  ASSERT_EQ(WaitFor([&] { return WorkerPids(fleet.pid()).size(); },
+                    [&](size_t n) { return n >= static_cast<size_t>(workers); }),
+            static_cast<size_t>(workers));
+  const std::string sql = absl::StrCat("SELECT pg_sleep(30) AS cancel_then_disconnect_", workers);
+  const std::string running = absl::StrCat(
+      "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query = '", sql, "'");
+  constexpr int kRounds = 50;
+  for (int i = 0; i < kRounds; ++i) {
+    ConnPtr c = Connect(fleet.ConnString());
+    ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+    ASSERT_EQ(PQsendQuery(c.get(), sql.c_str()), 1);
+    // Until PostgreSQL runs it: a cancel that arrives earlier has no query to stop.
+    ASSERT_EQ(WaitFor([&] { return test.pg().QueryValue(running); },
+                      [](const std::string& n) { return n == "1"; }),
+              "1")
+        << i;
+    PGcancel* cancel = PQgetCancel(c.get());
+    // The cancel goes out on its own thread while the session closes at once (Terminate, then
+    // the socket), so the two race as they do in pgx.
+    std::thread canceller([cancel] {
+      char err[256];
+      (void)PQcancel(cancel, err, sizeof(err));
+    });
+    if (i % 2 == 0) std::this_thread::yield();
+    c.reset();
+    canceller.join();
+    PQfreeCancel(cancel);
+    // None is left running: every round's query stopped.
+    ASSERT_EQ(WaitFor([&] { return test.pg().QueryValue(running); },
+                      [](const std::string& n) { return n == "0"; }, std::chrono::seconds(3)),
+              "0")
+        << "round " << i << "\n"
+        << fleet.Log();
+  }
+  // The pool's servers are clean again and serve.
+  ConnPtr after = Connect(fleet.ConnString());
+  EXPECT_EQ(Value(after, "SELECT 'after'"), "after") << ErrorOf(after);
+}
+
+TEST_F(CancelTest, CancelThenImmediateDisconnectThroughTwoWorkersLeavesNothingRunning) {
+  CancelThenDisconnect(*this, 2);
+}
+
+TEST_F(CancelTest, CancelThenImmediateDisconnectThroughFourWorkersLeavesNothingRunning) {
+  CancelThenDisconnect(*this, 4);
+}
+
+// A cancel that reaches the owner only after the client's goodbye: the owner already sent
+// PostgreSQL a cancel for the abandoned query, and PostgreSQL may have missed it (a backend that
+// has not started the query yet ignores it). The query here survives a first cancel by design, so
+// only the client's own cancel, arriving late through whichever worker the kernel picked, stops it.
+TEST_F(CancelTest, CancelArrivingAfterTheClientLeftStillStopsItsQuery) {
+  // PostgreSQL signals the backend twice for one CancelRequest (its pid and its process group),
+  // and the second signal may come after the first was caught: the function swallows cancels for
+  // 100 ms after the first, then shows `tag` as its application_name and sleeps on, uncaught.
+  pg().Exec(
+      "CREATE OR REPLACE FUNCTION survives_one_cancel(tag text) RETURNS void LANGUAGE plpgsql AS $$"
+      " DECLARE caught timestamptz;"
+      " BEGIN"
+      "   BEGIN PERFORM pg_sleep(30); EXCEPTION WHEN query_canceled THEN NULL; END;"
+      "   caught := clock_timestamp();"
+      "   WHILE clock_timestamp() - caught < interval '100 ms' LOOP"
+      "     BEGIN PERFORM pg_sleep(0.01); EXCEPTION WHEN query_canceled THEN NULL; END;"
+      "   END LOOP;"
+      "   PERFORM set_config('application_name', tag, false);"
+      "   PERFORM pg_sleep(30);"
+      " END $$");
+  PgfleetProcess fleet(
+      absl::StrCat("workers: 2\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+                   "}\npool:\n  pool_mode: transaction\n  default_pool_size: 4\n"));
+  ASSERT_EQ(
+      WaitFor([&] { return WorkerPids(fleet.pid()).size(); }, [](size_t n) { return n >= 2; }), 2u);
+  // Rounds, so that the late cancel lands on the owner and on its sibling (the kernel's pick).
+  constexpr int kRounds = 8;
+  for (int i = 0; i < kRounds; ++i) {
+    const std::string tag = absl::StrCat("survived_", i);
+    const std::string sql = absl::StrCat("SELECT survives_one_cancel('", tag, "')");
+    const std::string running =
+        absl::StrCat("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query = '",
+                     absl::StrReplaceAll(sql, {{"'", "''"}}), "'");
+    ConnPtr c = Connect(fleet.ConnString());
+    ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+    ASSERT_EQ(PQsendQuery(c.get(), sql.c_str()), 1);
+    // Inside its first sleep, where the function catches a cancel.
+    ASSERT_EQ(WaitFor([&] { return pg().QueryValue(running + " AND wait_event = 'PgSleep'"); },
+                      [](const std::string& n) { return n == "1"; }),
+              "1");
+    PGcancel* cancel = PQgetCancel(c.get());
+    c.reset();  // gone mid-query: pgfleet cancels it, and the query survives that cancel
+    ASSERT_EQ(
+        WaitFor(
+            [&] {
+              return pg().QueryValue(absl::StrCat(
+                  "SELECT count(*) FROM pg_stat_activity WHERE application_name = '", tag, "'"));
+            },
+            [](const std::string& n) { return n == "1"; }),
+        "1")
+        << fleet.Log();
+    char err[256];
+    ASSERT_EQ(PQcancel(cancel, err, sizeof(err)), 1) << err;
+    PQfreeCancel(cancel);
+    EXPECT_EQ(WaitFor([&] { return pg().QueryValue(running); },
+                      [](const std::string& n) { return n == "0"; }, std::chrono::seconds(3)),
+              "0")
+        << "round " << i << "\n"
+        << fleet.Log();
+  }
   EXPECT_GT(MetricSum(fleet.metrics_port(), "pgfleet_cancel_forwarded_total"), 0);
 }
 

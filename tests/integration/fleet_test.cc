@@ -281,5 +281,57 @@ TEST_F(FleetTest, RollingRestartUnderPgbenchLosesNothing) {
   EXPECT_TRUE(old_workers_gone()) << log;
 }
 
+// pgfleet's listeners share their port with SO_REUSEPORT; a second pgfleet on the same address
+// and port would have been let in to take a share of new clients without a word. It must refuse
+// to start, naming the address and who serves it, and leave the first serving.
+TEST_F(FleetTest, SecondPgfleetOnABusyPortExitsWithItsReason) {
+  PgfleetProcess fleet(FleetConfig(2));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+  const std::string where = absl::StrCat("127.0.0.1:", fleet.port());
+  // The same config: the same address and port (and metrics port).
+  const std::string second = RunCommandOutput(absl::StrCat(
+      "timeout 20 ", PgfleetBinary(), " --config ", fleet.config_path(), " 2>&1; echo exit=$?"));
+  EXPECT_THAT(second, HasSubstr("exit=1")) << second;
+  EXPECT_THAT(second, HasSubstr(absl::StrCat("cannot listen on ", where))) << second;
+  EXPECT_THAT(second, HasSubstr(absl::StrCat("pid ", fleet.pid()))) << second;
+  // The same port under a lock directory of its own: the probe finds the listener anyway.
+  const std::string other_dir = fleet.dir() + "/elsewhere";
+  ASSERT_EQ(RunCommand("mkdir -p " + other_dir), 0);
+  std::string config = RunCommandOutput("cat " + fleet.config_path());
+  config = absl::StrCat(config, "\npeering:\n  runtime_dir: ", other_dir, "\n");
+  const std::string other_config = fleet.dir() + "/other.yaml";
+  ASSERT_EQ(RunCommand(absl::StrCat("printf '%s' '", config, "' > ", other_config)), 0);
+  const std::string third = RunCommandOutput(absl::StrCat(
+      "timeout 20 ", PgfleetBinary(), " --config ", other_config, " 2>&1; echo exit=$?"));
+  EXPECT_THAT(third, HasSubstr("exit=1")) << third;
+  EXPECT_THAT(third,
+              HasSubstr(absl::StrCat("cannot listen on ", where, ": address already in use")))
+      << third;
+  EXPECT_THAT(third, HasSubstr(absl::StrCat("pid ", fleet.pid(), " (pgfleet)"))) << third;
+  // The first keeps serving, alone.
+  EXPECT_EQ(Value(c, "SELECT 'still served'"), "still served");
+  EXPECT_EQ(WorkerPids(fleet.pid()).size(), 2u);
+}
+
+// Anything else on the port (here PostgreSQL itself) is refused the same way, by name.
+TEST_F(FleetTest, PgfleetRefusesAPortAnotherServerListensOn) {
+  char tmpl[] = "/tmp/pgfleet-busy-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string config = dir + "/pgfleet.yaml";
+  ASSERT_EQ(RunCommand(absl::StrCat(
+                "printf 'listen:\\n  address: 127.0.0.1\\n  port: ", pg().port(),
+                "\\n%s\\nmetrics:\\n  listen: \"\"\\n' '", FleetConfig(1), "' > ", config)),
+            0);
+  const std::string out = RunCommandOutput(
+      absl::StrCat("timeout 20 ", PgfleetBinary(), " --config ", config, " 2>&1; echo exit=$?"));
+  RunCommand("rm -rf " + dir);
+  EXPECT_THAT(out, HasSubstr("exit=1")) << out;
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("cannot listen on 127.0.0.1:", pg().port(),
+                                          ": address already in use by pid ")))
+      << out;
+  EXPECT_THAT(out, HasSubstr("(postgres)")) << out;
+}
+
 }  // namespace
 }  // namespace pgfleet::testing

@@ -223,6 +223,108 @@ TEST_F(PreparedTest, FailedHiddenReparseIsTheErrorOfTheMessageThatNeededIt) {
   pg().Exec("DROP TABLE reparse_t");
 }
 
+// PostgreSQL answers a Bind or Describe of a statement the session never prepared with ERROR
+// 26000, and the session goes on; so must pgfleet.
+TEST_F(PreparedTest, UnknownStatementIsAnErrorAndTheConnectionGoesOn) {
+  PgfleetProcess fleet(Config(1));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+  ResultPtr bind(PQexecPrepared(c.get(), "never_prepared", 0, nullptr, nullptr, nullptr, 0));
+  EXPECT_EQ(PQresultStatus(bind.get()), PGRES_FATAL_ERROR);
+  EXPECT_EQ(SqlState(bind), "26000");
+  EXPECT_STREQ(PQresultErrorField(bind.get(), PG_DIAG_SEVERITY_NONLOCALIZED), "ERROR");
+  EXPECT_THAT(ErrorOf(c), HasSubstr("prepared statement \"never_prepared\" does not exist"));
+  ASSERT_EQ(PQstatus(c.get()), CONNECTION_OK);
+  EXPECT_EQ(Value(c, "SELECT 'still here'"), "still here");
+  ResultPtr describe(PQdescribePrepared(c.get(), "never_prepared"));
+  EXPECT_EQ(SqlState(describe), "26000");
+  EXPECT_EQ(Value(c, "SELECT 'and here'"), "and here");
+  // A closed statement is gone the same way.
+  ResultPtr p(PQprepare(c.get(), "closed_one", "SELECT 1", 0, nullptr));
+  ASSERT_EQ(PQresultStatus(p.get()), PGRES_COMMAND_OK) << ErrorOf(c);
+  ASSERT_TRUE(ResultOk(Exec(c, "DEALLOCATE closed_one")));
+  ResultPtr closed(PQexecPrepared(c.get(), "closed_one", 0, nullptr, nullptr, nullptr, 0));
+  EXPECT_EQ(SqlState(closed), "26000");
+  EXPECT_EQ(Value(c, "SELECT 'after close'"), "after close");
+}
+
+// After an ERROR in extended protocol the server skips to the Sync, and the Sync rolls back what
+// the batch did before the error: an unknown statement must fail the batch as PostgreSQL fails
+// it, not only the client's view of it.
+TEST_F(PreparedTest, UnknownStatementRollsBackItsBatchAsPostgresDoes) {
+  pg().Exec("DROP TABLE IF EXISTS unknown_batch; CREATE TABLE unknown_batch (id int)");
+  PgfleetProcess fleet(Config(1));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+  ASSERT_EQ(PQenterPipelineMode(c.get()), 1);
+  ASSERT_EQ(PQsendQueryParams(c.get(), "INSERT INTO unknown_batch VALUES (1)", 0, nullptr, nullptr,
+                              nullptr, nullptr, 0),
+            1);
+  ASSERT_EQ(PQsendQueryPrepared(c.get(), "never_prepared", 0, nullptr, nullptr, nullptr, 0), 1);
+  ASSERT_EQ(PQsendQueryParams(c.get(), "INSERT INTO unknown_batch VALUES (2)", 0, nullptr, nullptr,
+                              nullptr, nullptr, 0),
+            1);
+  ASSERT_EQ(PQpipelineSync(c.get()), 1);
+  std::vector<std::string> outcomes;
+  while (outcomes.size() < 4) {
+    PGresult* r = PQgetResult(c.get());
+    if (r == nullptr) continue;  // between the queries' results
+    const ExecStatusType status = PQresultStatus(r);
+    outcomes.push_back(status == PGRES_FATAL_ERROR
+                           ? SqlState(ResultPtr(r))
+                           : (PQclear(r), std::string(PQresStatus(status))));
+    if (status == PGRES_PIPELINE_SYNC) break;
+  }
+  EXPECT_THAT(outcomes, ::testing::ElementsAre("PGRES_COMMAND_OK", "26000",
+                                               "PGRES_PIPELINE_ABORTED", "PGRES_PIPELINE_SYNC"));
+  ASSERT_EQ(PQexitPipelineMode(c.get()), 1) << ErrorOf(c);
+  EXPECT_EQ(pg().QueryValue("SELECT count(*) FROM unknown_batch"), "0");
+  EXPECT_EQ(Value(c, "SELECT count(*) FROM unknown_batch"), "0");
+}
+
+// A name re-used for another query is ERROR 42P05, and the name keeps its query; a Parse that
+// failed gives no name, so the name is free for the next Parse.
+TEST_F(PreparedTest, ReusedNameIsAnErrorAndAFailedParseLeavesTheNameFree) {
+  PgfleetProcess fleet(Config(1));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+  ResultPtr first(PQprepare(c.get(), "taken", "SELECT 'first'", 0, nullptr));
+  ASSERT_EQ(PQresultStatus(first.get()), PGRES_COMMAND_OK) << ErrorOf(c);
+  ResultPtr again(PQprepare(c.get(), "taken", "SELECT 'other'", 0, nullptr));
+  EXPECT_EQ(SqlState(again), "42P05");
+  EXPECT_STREQ(PQresultErrorField(again.get(), PG_DIAG_SEVERITY_NONLOCALIZED), "ERROR");
+  EXPECT_THAT(ErrorOf(c), HasSubstr("prepared statement \"taken\" already exists"));
+  ASSERT_EQ(PQstatus(c.get()), CONNECTION_OK);
+  ResultPtr run(PQexecPrepared(c.get(), "taken", 0, nullptr, nullptr, nullptr, 0));
+  EXPECT_EQ(std::string(PQgetvalue(run.get(), 0, 0)), "first") << ErrorOf(c);
+
+  ResultPtr bad(PQprepare(c.get(), "retry", "SELEC 'typo'", 0, nullptr));
+  EXPECT_EQ(SqlState(bad), "42601");
+  ResultPtr fixed(PQprepare(c.get(), "retry", "SELECT 'fixed'", 0, nullptr));
+  ASSERT_EQ(PQresultStatus(fixed.get()), PGRES_COMMAND_OK) << ErrorOf(c);
+  ResultPtr r(PQexecPrepared(c.get(), "retry", 0, nullptr, nullptr, nullptr, 0));
+  EXPECT_EQ(std::string(PQgetvalue(r.get(), 0, 0)), "fixed") << ErrorOf(c);
+  // The same on the wire: a Parse that fails (and one skipped after an error) leaves its name
+  // free, and a re-used name fails only its own batch.
+  RawClient raw;
+  ASSERT_TRUE(raw.Connect(fleet.port(), "postgres", "postgres")) << raw.error();
+  ASSERT_TRUE(raw.Send(RawClient::Parse("n", "SELEC 1") + RawClient::Parse("m", "SELECT 'm'") +
+                       RawClient::Sync()));
+  EXPECT_EQ(Types(raw.ReadUntilReady()), "EZ");
+  ASSERT_TRUE(raw.Send(RawClient::Parse("n", "SELECT 'n'") + RawClient::Parse("m", "SELECT 'm2'") +
+                       RawClient::Bind("n") + RawClient::Execute() + RawClient::Sync()));
+  EXPECT_EQ(Types(raw.ReadUntilReady()), "112DCZ");
+  ASSERT_TRUE(raw.Send(RawClient::Parse("n", "SELECT 'other'") + RawClient::Bind("n") +
+                       RawClient::Execute() + RawClient::Sync()));
+  auto reused = raw.ReadUntilReady();
+  ASSERT_EQ(Types(reused), "EZ");
+  EXPECT_NE(reused[0].body.find("42P05"), std::string::npos);
+  ASSERT_TRUE(raw.Send(RawClient::Bind("m") + RawClient::Execute() + RawClient::Sync()));
+  auto m = raw.ReadUntilReady();
+  ASSERT_EQ(Types(m), "2DCZ");
+  EXPECT_NE(m[1].body.find("m2"), std::string::npos);
+}
+
 TEST_F(PreparedTest, PgbenchPreparedModeRunsWithoutErrors) {
   ASSERT_NO_FATAL_FAILURE(InitPgbench());
   PgfleetProcess fleet(Config(2));

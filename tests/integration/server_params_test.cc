@@ -52,6 +52,28 @@ std::string Reported(const ConnPtr& c, const char* name) {
 class ServerParamsTest : public IntegrationTest {};
 
 // PostgreSQL 17 is replaced by 18 on the same address: the next client is told 18's values.
+// client_encoding as the client spelled it at startup is reported as PostgreSQL reports it: the
+// encoding's canonical name.
+TEST_F(ServerParamsTest, ClientEncodingIsReportedInPostgresSpelling) {
+  PgfleetProcess fleet(PoolConfig("transaction", 2));
+  for (const std::string spelling : {"utf8", "UTF-8", "unicode"}) {
+    auto direct = Connect(absl::StrCat(pg().ConnString(), " client_encoding=", spelling));
+    ASSERT_TRUE(Ok(direct)) << ErrorOf(direct);
+    auto c = Connect(
+        fleet.ConnString("postgres", "postgres", absl::StrCat("client_encoding=", spelling)));
+    ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+    ASSERT_STREQ(PQparameterStatus(direct.get(), "client_encoding"), "UTF8");
+    EXPECT_STREQ(PQparameterStatus(c.get(), "client_encoding"), "UTF8") << spelling;
+    EXPECT_EQ(Value(c, "SHOW client_encoding"), "UTF8");
+    EXPECT_STREQ(PQparameterStatus(c.get(), "client_encoding"), "UTF8") << spelling;
+  }
+  // Another encoding, by an alias: what the client gets is that encoding's name.
+  auto latin = Connect(fleet.ConnString("postgres", "postgres", "client_encoding=latin1"));
+  ASSERT_TRUE(Ok(latin)) << ErrorOf(latin);
+  EXPECT_STREQ(PQparameterStatus(latin.get(), "client_encoding"), "LATIN1");
+  EXPECT_EQ(Value(latin, "SHOW client_encoding"), "LATIN1");
+}
+
 TEST_F(ServerParamsTest, StartupValuesFollowAnotherMajorOnTheSameAddress) {
   const std::string bin17 = MatrixBindir(17);
   const std::string bin18 = MatrixBindir(18);

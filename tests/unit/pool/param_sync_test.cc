@@ -153,5 +153,20 @@ TEST(QuoteLiteralTest, BackslashesUseEscapeStringForm) {
   EXPECT_EQ(QuoteLiteral("O'Re\\illy"), "E'O''Re\\\\illy'");
 }
 
+TEST(CanonicalParamValueTest, ClientEncodingTakesPostgresSpelling) {
+  EXPECT_EQ(CanonicalParamValue("client_encoding", "utf8"), "UTF8");
+  EXPECT_EQ(CanonicalParamValue("client_encoding", "UTF-8"), "UTF8");
+  EXPECT_EQ(CanonicalParamValue("CLIENT_ENCODING", "unicode"), "UTF8");
+  EXPECT_EQ(CanonicalParamValue("client_encoding", "Latin-1"), "LATIN1");
+  EXPECT_EQ(CanonicalParamValue("client_encoding", "iso_8859_5"), "ISO_8859_5");
+  EXPECT_EQ(CanonicalParamValue("client_encoding", "euc_jp"), "EUC_JP");
+  EXPECT_EQ(CanonicalParamValue("client_encoding", "windows-1252"), "WIN1252");
+  EXPECT_EQ(CanonicalParamValue("client_encoding", "SQL_ASCII"), "SQL_ASCII");
+  // Unknown encodings are left for the server to refuse; other parameters are not touched.
+  EXPECT_EQ(CanonicalParamValue("client_encoding", "klingon"), "klingon");
+  EXPECT_EQ(CanonicalParamValue("application_name", "utf8"), "utf8");
+  EXPECT_EQ(CanonicalParamValue("DateStyle", "iso, mdy"), "iso, mdy");
+}
+
 }  // namespace
 }  // namespace pgfleet::pool

@@ -463,9 +463,10 @@ TEST(RelayTest, SkippedBatchLeavesEachStatementAsItsFirstMentionFoundIt) {
   EXPECT_EQ(link.FromClient(Bind("a") + Bind("b") + Sync()),
             Bind(Renamed("select 1")) + Bind(Renamed("begin")) + Sync());
   link.FromServer(BindComplete() + BindComplete() + Ready('I'));
-  EXPECT_EQ(link.FromClient(Bind("c") + Sync()), Close('S', Renamed("select 1")) +
-                                                     Parse(Renamed("rollback"), "rollback") +
-                                                     Bind(Renamed("rollback")) + Sync());
+  // "c" was never prepared (its Parse was skipped): preparing it again sends "rollback" again.
+  EXPECT_EQ(link.FromClient(Parse("c", "rollback") + Bind("c") + Sync()),
+            Close('S', Renamed("select 1")) + Parse(Renamed("rollback"), "rollback") +
+                Bind(Renamed("rollback")) + Sync());
 }
 
 // A later batch sent before the failed one's answer came re-parses the evicted statement: the
@@ -537,19 +538,101 @@ TEST(RelayTest, ServerMovedFromAnotherWorkerKeepsItsStatements) {
             Close('S', Renamed("select 1")) + Parse(Renamed("select 3"), "select 3") + Sync());
 }
 
-TEST(RelayTest, UnknownOrConflictingStatementNamesAreRejected) {
-  Link link(/*track_prepared=*/true);
-  link.FromClient(Bind("nope") + Execute() + Sync());
-  EXPECT_EQ(link.verdict().kind, FrontendVerdict::Kind::kReject);
-  EXPECT_EQ(link.verdict().sqlstate, protocol::sqlstate::kInvalidSqlStatementName);
-  EXPECT_EQ(link.verdict().message, "prepared statement \"nope\" does not exist");
+// The ErrorResponse pgfleet sends in PostgreSQL's words.
+std::string ClientError(std::string_view sqlstate, std::string_view message) {
+  return Build([&](StringSink& s) { protocol::BuildErrorResponse(s, "ERROR", sqlstate, message); });
+}
+std::string MissingBind(std::string_view portal = "") {
+  return Bind(kMissingStatementName, portal);
+}
 
-  Link other(/*track_prepared=*/true);
-  other.FromClient(Parse("a", "select 1") + Sync());
-  other.FromServer(ParseComplete() + Ready('I'));
-  other.FromClient(Parse("a", "select 2") + Sync());
-  EXPECT_EQ(other.verdict().kind, FrontendVerdict::Kind::kReject);
-  EXPECT_EQ(other.verdict().sqlstate, protocol::sqlstate::kDuplicatePreparedStatement);
+// PostgreSQL answers a Bind or Describe of a statement the session lacks with ERROR 26000, skips
+// to the Sync and goes on; so does pgfleet. The server is sent a Bind that fails there, so that
+// it skips the rest of the batch too and its Sync rolls back what the batch did.
+TEST(RelayTest, UnknownStatementNamesAreErrorsAndTheSessionGoesOn) {
+  Link link(/*track_prepared=*/true);
+  EXPECT_EQ(link.FromClient(Bind("nope") + Execute() + Sync()), MissingBind() + Execute() + Sync());
+  EXPECT_EQ(link.verdict().kind, FrontendVerdict::Kind::kContinue);
+  EXPECT_EQ(link.TakeClientAnswers(), "");
+  EXPECT_EQ(link.FromServer(Error("26000") + Ready('I')),
+            ClientError("26000", "prepared statement \"nope\" does not exist") + Ready('I'));
+  EXPECT_EQ(link.observer().errors, std::vector<std::string>{"26000"});
+  EXPECT_TRUE(link.relay().IsReleasable());
+
+  EXPECT_EQ(link.FromClient(Describe('S', "nope") + Sync()),
+            Describe('S', kMissingStatementName) + Sync());
+  EXPECT_EQ(link.FromServer(Error("26000") + Ready('I')),
+            ClientError("26000", "prepared statement \"nope\" does not exist") + Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+
+  // The session goes on.
+  link.FromClient(Parse("a", "select 1") + Bind("a") + Execute() + Sync());
+  const std::string answer = ParseComplete() + BindComplete() + Complete("SELECT 1") + Ready('I');
+  EXPECT_EQ(link.FromServer(answer), answer);
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+// An error earlier in the batch is the only one: the server skipped the failing Bind, and pgfleet
+// reports nothing for it.
+TEST(RelayTest, UnknownStatementAfterAnEarlierErrorInTheBatchReportsOnlyTheFirst) {
+  Link link(/*track_prepared=*/true);
+  EXPECT_EQ(link.FromClient(Bind("", "") + Execute() + Bind("nope") + Execute() + Sync()),
+            Bind("", "") + Execute() + MissingBind() + Execute() + Sync());
+  EXPECT_EQ(link.FromServer(Error("26000") + Ready('I')), Error("26000") + Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+// Re-preparing a name for another query: ERROR 42P05, in its turn, after the answers before it.
+TEST(RelayTest, ReusingANameForAnotherQueryIsAnError) {
+  Link link(/*track_prepared=*/true);
+  link.FromClient(Parse("a", "select 1") + Sync());
+  link.FromServer(ParseComplete() + Ready('I'));
+  EXPECT_EQ(link.FromClient(Parse("b", "select 2") + Parse("a", "select 3") + Bind("a") + Sync()),
+            Parse(Renamed("select 2"), "select 2") + Describe('S', kMissingStatementName) +
+                Bind(Renamed("select 1")) + Sync());
+  EXPECT_EQ(link.verdict().kind, FrontendVerdict::Kind::kContinue);
+  EXPECT_EQ(link.FromServer(ParseComplete() + Error("26000") + Ready('I')),
+            ParseComplete() + ClientError("42P05", "prepared statement \"a\" already exists") +
+                Ready('I'));
+  EXPECT_EQ(link.observer().errors, std::vector<std::string>{"42P05"});
+  EXPECT_TRUE(link.relay().IsReleasable());
+  // "a" still names its first query.
+  EXPECT_EQ(link.FromClient(Bind("a") + Execute() + Sync()),
+            Bind(Renamed("select 1")) + Execute() + Sync());
+}
+
+// A Parse that fails (or is skipped after an error) gives the client no name, as in PostgreSQL:
+// the name can be prepared again, for another query.
+TEST(RelayTest, AFailedParseLeavesItsNameFree) {
+  Link link(/*track_prepared=*/true);
+  EXPECT_EQ(link.FromClient(Parse("a", "selec 1") + Sync()),
+            Parse(Renamed("selec 1"), "selec 1") + Sync());
+  EXPECT_EQ(link.FromServer(Error("42601") + Ready('I')), Error("42601") + Ready('I'));
+  EXPECT_FALSE(link.client().statements.contains("a"));
+  EXPECT_EQ(link.FromClient(Parse("a", "select 1") + Sync()),
+            Parse(Renamed("select 1"), "select 1") + Sync());
+  EXPECT_EQ(link.FromServer(ParseComplete() + Ready('I')), ParseComplete() + Ready('I'));
+  EXPECT_TRUE(link.client().statements.contains("a"));
+
+  // Skipped after an earlier error in its batch: not given either.
+  link.FromClient(Describe('P', "p") + Parse("b", "select 2") + Sync());
+  link.FromServer(Error("34000") + Ready('I'));
+  EXPECT_FALSE(link.client().statements.contains("b"));
+  // A name that was given before keeps it when a re-Parse of the same query is skipped.
+  link.FromClient(Describe('P', "p") + Parse("a", "select 1") + Sync());
+  link.FromServer(Error("34000") + Ready('I'));
+  EXPECT_TRUE(link.client().statements.contains("a"));
+}
+
+// A batch pipelined behind the failing one Parses the name again (answered by pgfleet: the relay
+// took the first Parse as done): the client was told ParseComplete for it, so it keeps the name.
+TEST(RelayTest, AFailedParseLeavesItsNameToTheNextParseInFlight) {
+  Link link(/*track_prepared=*/true);
+  link.FromClient(Parse("a", "selec 1") + Sync());
+  EXPECT_EQ(link.FromClient(Parse("a", "selec 1") + Sync()), Sync());
+  EXPECT_EQ(link.FromServer(Error("42601") + Ready('I') + Ready('I')),
+            Error("42601") + Ready('I') + ParseComplete() + Ready('I'));
+  EXPECT_TRUE(link.client().statements.contains("a"));
 }
 
 TEST(RelayTest, MalformedFramesAreProtocolViolations) {
