@@ -21,7 +21,6 @@ namespace {
 // Queries are read whole to be classified; one longer than this (a bulk INSERT of megabytes) is
 // relayed as it streams, unread. Statements that change a session are short.
 constexpr size_t kMaxClassifiedMessage = 1u << 20;
-constexpr uint32_t kTextOid = 25;
 
 std::string_view CString(std::span<const uint8_t> body) {
   protocol::Reader reader(body);
