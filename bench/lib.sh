@@ -376,6 +376,7 @@ pool:
   pool_mode: transaction
   default_pool_size: $POOL_SIZE
   max_client_conn: $MAX_CLIENT_CONN
+${PGFLEET_POOL_EXTRA:-}
 auth: {type: trust}
 log: {level: ${PGFLEET_LOG_LEVEL:-info}, log_connections: false, log_disconnections: false}
 metrics: {listen: "$metrics_listen"}

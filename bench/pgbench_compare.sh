@@ -11,8 +11,11 @@
 #   WORKERS=1            `workers:` in pgfleet's config
 #   PGBOUNCER_PROCS=1    PgBouncer processes sharing the port with so_reuseport=1
 #   TARGETS              default "direct pgbouncer:$PGBOUNCER_PROCS pgfleet:$WORKERS"; tokens are
-#                        direct, pgbouncer:N (N processes), pgfleet:N (N workers); the i-th
-#                        pgfleet token is compared with the i-th pgbouncer token. Fleet run:
+#                        direct, pgbouncer:N (N processes), pgfleet:N (N workers),
+#                        pgfleetpass:N (pgfleet with session_state: pass, i.e. no statement
+#                        classification: what session-state tracking costs); the i-th pgfleet
+#                        token is compared with the i-th pgbouncer token, and with the i-th
+#                        pgfleetpass token. Fleet run:
 #                        TARGETS="direct pgbouncer:1 pgfleet:1 pgbouncer:16 pgfleet:16"
 #   POOL_SIZE=20         default_pool_size (pgfleet and each PgBouncer process)
 #   MAX_CLIENT_CONN=10000
@@ -82,7 +85,10 @@ for t in $TARGETS; do
   direct) name=direct label="postgres direct" ;;
   pgbouncer) name=pgbouncer_$n label="pgbouncer x$n" pool_conns=$((pool_conns + n * POOL_SIZE)) ;;
   pgfleet) name=pgfleet_$n label="pgfleet w$n" pool_conns=$((pool_conns + n * POOL_SIZE)) ;;
-  *) die "bad target '$t' (direct, pgbouncer:N, pgfleet:N)" ;;
+  pgfleetpass)
+    name=pgfleetpass_$n label="pgfleet w$n pass" pool_conns=$((pool_conns + n * POOL_SIZE))
+    ;;
+  *) die "bad target '$t' (direct, pgbouncer:N, pgfleet:N, pgfleetpass:N)" ;;
   esac
   [[ -z "${KIND[$name]:-}" ]] || die "target '$t' given twice"
   names+=("$name")
@@ -103,6 +109,7 @@ for name in "${names[@]}"; do
   direct) direct_target "$name" ;;
   pgbouncer) pgbouncer_start "$name" "${COUNT[$name]}" "$DB" "${ROLE[$name]}" ;;
   pgfleet) pgfleet_start "$name" "${COUNT[$name]}" "$DB" ;;
+  pgfleetpass) PGFLEET_POOL_EXTRA="  session_state: pass" pgfleet_start "$name" "${COUNT[$name]}" "$DB" ;;
   esac
 done
 
@@ -265,64 +272,76 @@ echo " (SYSCALL_PASS=$SYSCALL_PASS: separate = counted in an extra run, TPS/CPU 
 echo " srv: server connections the target's role holds after the run; pg/bench_us/tx: CPU of"
 echo " PostgreSQL and pgbench per transaction; other: cores busy with anything else on the machine)"
 
-# Ratios: i-th pgfleet target vs i-th pgbouncer target, summed over rounds.
+# Ratios: i-th pgfleet target vs i-th pgbouncer target (and vs the i-th pgfleetpass target),
+# summed over rounds.
 fleets=()
 bouncers=()
+passes=()
 for name in "${names[@]}"; do
   case "${KIND[$name]}" in
   pgfleet) fleets+=("$name") ;;
   pgbouncer) bouncers+=("$name") ;;
+  pgfleetpass) passes+=("$name") ;;
   esac
 done
+fmt2='%-28s %7s %9s %12s %12s %14s\n'
+print_pair() { # NAME_A NAME_B: one row per client count, a / b
+  local pf=$1 pb=$2 c who name r cpu_pf cpu_pb sys_r
+  for c in $CLIENTS; do
+    declare -A S=()
+    for who in pf pb; do
+      name=${!who}
+      S[$who|tps]=0 S[$who|n]=0 S[$who|cpu]=0 S[$who|sys]=0 S[$who|sysn]=0 S[$who|sysok]=1
+      for ((r = 1; r <= ROUNDS; r++)); do
+        k="$name|$c|$r"
+        S[$who|tps]=$(awk -v a="${S[$who|tps]}" -v b="${R[$k|tps]}" 'BEGIN { print a + b }')
+        S[$who|n]=$((${S[$who|n]} + ${R[$k|n]}))
+        S[$who|cpu]=$((${S[$who|cpu]} + ${R[$k|pooler]}))
+        if [[ "${R[$k|sys]:-}" =~ ^[0-9]+$ ]]; then
+          S[$who|sys]=$((${S[$who|sys]} + ${R[$k|sys]}))
+          S[$who|sysn]=$((${S[$who|sysn]} + ${R[$k|sysn]}))
+        else
+          S[$who|sysok]=0
+        fi
+      done
+    done
+    cpu_pf=$(us_per_tx "${S[pf|cpu]}" "${S[pf|n]}")
+    cpu_pb=$(us_per_tx "${S[pb|cpu]}" "${S[pb|n]}")
+    if [[ "${S[pf|sysok]}" == 1 && "${S[pb|sysok]}" == 1 ]]; then
+      sys_r=$(ratio "$(per_tx "${S[pf|sys]}" "${S[pf|sysn]}")" \
+        "$(per_tx "${S[pb|sys]}" "${S[pb|sysn]}")")
+    else
+      sys_r=n/a
+    fi
+    # shellcheck disable=SC2059
+    printf "$fmt2" "${LABEL[$pf]} / ${LABEL[$pb]}" "$c" "$(ratio "${S[pf|tps]}" "${S[pb|tps]}")" \
+      "$(ratio "$cpu_pf" "$cpu_pb")" "$sys_r" "$cpu_pf / $cpu_pb"
+    unset S
+  done
+}
 pairs=${#fleets[@]}
 ((${#bouncers[@]} < pairs)) && pairs=${#bouncers[@]}
 if ((pairs > 0)); then
   echo
   echo "== ratios pgfleet / pgbouncer (all rounds; < 1 is better for CPU and syscalls)"
-  fmt2='%-28s %7s %9s %12s %12s %14s\n'
   # shellcheck disable=SC2059
   printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (f / b)"
-  for ((i = 0; i < pairs; i++)); do
-    pf=${fleets[$i]}
-    pb=${bouncers[$i]}
-    for c in $CLIENTS; do
-      declare -A S=()
-      for who in pf pb; do
-        name=${!who}
-        S[$who|tps]=0 S[$who|n]=0 S[$who|cpu]=0 S[$who|sys]=0 S[$who|sysn]=0 S[$who|sysok]=1
-        for ((r = 1; r <= ROUNDS; r++)); do
-          k="$name|$c|$r"
-          S[$who|tps]=$(awk -v a="${S[$who|tps]}" -v b="${R[$k|tps]}" 'BEGIN { print a + b }')
-          S[$who|n]=$((${S[$who|n]} + ${R[$k|n]}))
-          S[$who|cpu]=$((${S[$who|cpu]} + ${R[$k|pooler]}))
-          if [[ "${R[$k|sys]:-}" =~ ^[0-9]+$ ]]; then
-            S[$who|sys]=$((${S[$who|sys]} + ${R[$k|sys]}))
-            S[$who|sysn]=$((${S[$who|sysn]} + ${R[$k|sysn]}))
-          else
-            S[$who|sysok]=0
-          fi
-        done
-      done
-      cpu_pf=$(us_per_tx "${S[pf|cpu]}" "${S[pf|n]}")
-      cpu_pb=$(us_per_tx "${S[pb|cpu]}" "${S[pb|n]}")
-      if [[ "${S[pf|sysok]}" == 1 && "${S[pb|sysok]}" == 1 ]]; then
-        sys_r=$(ratio "$(per_tx "${S[pf|sys]}" "${S[pf|sysn]}")" \
-          "$(per_tx "${S[pb|sys]}" "${S[pb|sysn]}")")
-      else
-        sys_r=n/a
-      fi
-      # shellcheck disable=SC2059
-      printf "$fmt2" "${LABEL[$pf]} / ${LABEL[$pb]}" "$c" "$(ratio "${S[pf|tps]}" "${S[pb|tps]}")" \
-        "$(ratio "$cpu_pf" "$cpu_pb")" "$sys_r" "$cpu_pf / $cpu_pb"
-      unset S
-    done
-  done
+  for ((i = 0; i < pairs; i++)); do print_pair "${fleets[$i]}" "${bouncers[$i]}"; done
+fi
+pairs=${#fleets[@]}
+((${#passes[@]} < pairs)) && pairs=${#passes[@]}
+if ((pairs > 0)); then
+  echo
+  echo "== ratios pgfleet / pgfleet with session_state: pass (what session tracking costs)"
+  # shellcheck disable=SC2059
+  printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (t / p)"
+  for ((i = 0; i < pairs; i++)); do print_pair "${fleets[$i]}" "${passes[$i]}"; done
 fi
 
 echo
 echo "loadavg after: $(cut -d' ' -f1-3 /proc/loadavg)"
 for name in "${names[@]}"; do
-  [[ "${KIND[$name]}" == pgfleet ]] || continue
+  [[ "${KIND[$name]}" == pgfleet* ]] || continue
   # shellcheck disable=SC2086
   errs=$(grep -ciE 'level=(error|warn)|fatal|panic' ${TARGET_LOGS[$name]} || true)
   if [[ "$errs" != 0 ]]; then

@@ -202,7 +202,7 @@ std::vector<MetricFamily> BuildFamilies(const PodView& view) {
       for (const auto& p : s.pools()) {
         for (int r = 0; r < p.pins_total_size() && r < 5; ++r) {
           auto labels = PoolLabels(p, worker);
-          labels.emplace_back(std::string(names::kLabelReason), std::string(kReasons[r]));
+          labels.push_back({std::string(names::kLabelReason), std::string(kReasons[r])});
           AddValue(f, labels, static_cast<double>(p.pins_total(r)));
         }
       }
