@@ -1,0 +1,95 @@
+"""Session state in transaction mode through real drivers (README, "Session state in transaction
+mode"): psycopg 3 (extended protocol, non-autocommit transactions) and asyncpg. A neighbour
+holding a transaction on a pool of 2 makes the client under test change servers."""
+
+import asyncio
+
+import asyncpg
+import psycopg
+import pytest
+from psycopg import errors
+
+
+def test_psycopg_settings_and_pins_follow_the_client(pg, pgfleet):
+    fleet = pgfleet(pool_size=2, pool_extra=", max_pinned_servers: 1")
+    with psycopg.connect(fleet.dsn()) as conn, \
+            psycopg.connect(fleet.dsn(), autocommit=True) as neighbour:
+        # psycopg's default: every statement in a transaction, committed by conn.commit().
+        conn.execute("SET statement_timeout = '2345ms'")
+        conn.execute("SELECT set_config('app.tenant', 'acme', false)")
+        conn.commit()
+        conn.execute("SET work_mem = '3MB'")
+        conn.rollback()
+        seen = set()
+        for round_ in range(4):
+            # Who opens a transaction first alternates, so the client gets the server the
+            # neighbour used last every other round.
+            if round_ % 2:
+                pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+            with neighbour.transaction():
+                neighbour_pid = neighbour.execute("SELECT pg_backend_pid()").fetchone()[0]
+                assert neighbour.execute("SHOW statement_timeout").fetchone()[0] == "0"
+                if not round_ % 2:
+                    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+                assert pid != neighbour_pid
+                seen.add(pid)
+                assert conn.execute("SHOW statement_timeout").fetchone()[0] == "2345ms"
+                assert conn.execute("SELECT current_setting('app.tenant')").fetchone()[0] == "acme"
+                assert conn.execute("SHOW work_mem").fetchone()[0] == "4MB"
+                conn.commit()
+        assert len(seen) == 2, seen
+        # An advisory lock pins: nobody else can take it, and with max_pinned_servers: 1 even
+        # trying to (a possible pin) is refused with an ERROR; the neighbour goes on.
+        conn.execute("SELECT pg_advisory_lock(%s)", (31,))
+        conn.commit()
+        assert pg.query("SELECT pg_try_advisory_lock(31)") == [False]
+        with pytest.raises(errors.ConfigurationLimitExceeded, match="max_pinned_servers"):
+            neighbour.execute("CREATE TEMP TABLE t (n int)")
+        with pytest.raises(errors.ConfigurationLimitExceeded, match="max_pinned_servers"):
+            neighbour.execute("SELECT pg_try_advisory_lock(%s)", (31,))
+        assert neighbour.execute("SELECT 1").fetchone()[0] == 1
+        conn.execute("SELECT pg_advisory_unlock(%s)", (31,))
+        conn.commit()
+        # Released: a try that fails takes no pin, one that succeeds does until unlocked.
+        assert neighbour.execute("SELECT pg_try_advisory_lock(31)").fetchone()[0] is True
+        neighbour.execute("SELECT pg_advisory_unlock_all()")
+
+
+def test_asyncpg_temp_table_and_prepared_statement(pg, pgfleet):
+    fleet = pgfleet(pool_size=2)
+
+    async def main():
+        conn = await asyncpg.connect(host="127.0.0.1", port=fleet.port, user="postgres",
+                                     database="postgres")
+        neighbour = await asyncpg.connect(host="127.0.0.1", port=fleet.port, user="postgres",
+                                          database="postgres", statement_cache_size=0)
+        try:
+            await conn.execute("CREATE TEMP TABLE scratch (n int)")
+            for n in range(3):
+                async with neighbour.transaction():
+                    assert await neighbour.fetchval(
+                        "SELECT to_regclass('pg_temp.scratch') IS NULL")
+                    await conn.execute("INSERT INTO scratch VALUES ($1)", n)
+            assert await conn.fetchval("SELECT count(*) FROM scratch") == 3
+            await conn.execute("PREPARE double (int) AS SELECT $1 * 2")
+            for _ in range(3):
+                async with neighbour.transaction():
+                    await neighbour.fetchval("SELECT 1")
+                    await conn.execute("EXECUTE double(21)")
+            await conn.execute("DROP TABLE scratch")
+            await conn.execute("DEALLOCATE double")
+            # Released: both servers serve the neighbour and a third client again.
+            third = await asyncpg.connect(host="127.0.0.1", port=fleet.port, user="postgres",
+                                          database="postgres")
+            try:
+                async with neighbour.transaction(), third.transaction():
+                    pids = {await neighbour.fetchval("SELECT pg_backend_pid()"),
+                            await third.fetchval("SELECT pg_backend_pid()")}
+                    assert len(pids) == 2
+            finally:
+                await third.close()
+        finally:
+            await conn.close()
+            await neighbour.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
