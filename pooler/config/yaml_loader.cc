@@ -153,15 +153,7 @@ class Section {
   }
 
   void Mode(absl::string_view key, std::optional<PoolMode>& out) {
-    Entry* e = Take(key);
-    if (e == nullptr) return;
-    std::optional<PoolMode> mode;
-    if (e->value.IsScalar()) mode = ParsePoolMode(e->value.Scalar());
-    if (mode) {
-      out = mode;
-    } else {
-      Bad(*e, "one of session, transaction, statement");
-    }
+    OptionalEnum(key, out, ParsePoolMode, "one of session, transaction, statement");
   }
 
   void Mode(absl::string_view key, PoolMode& out) {

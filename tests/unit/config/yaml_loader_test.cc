@@ -258,6 +258,33 @@ databases:
               HasSubstr("databases.app.load_balance_hosts: expected one of disable, random"));
 }
 
+TEST(YamlLoaderTest, SessionStateAndPinnedServersAtEachLevel) {
+  auto loaded = LoadConfigText(R"yaml(
+databases:
+  app: {host: 127.0.0.1, session_state: refuse}
+  other: {host: 127.0.0.1, pool_size: 10}
+users:
+  batch: {session_state: pass}
+pool:
+  session_state: track
+  max_pinned_servers: 3
+)yaml",
+                               kFile);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const auto& app = loaded->databases.at("app");
+  const auto& other = loaded->databases.at("other");
+  EXPECT_EQ(loaded->EffectiveSessionState(app, "alice"), SessionState::kRefuse);
+  EXPECT_EQ(loaded->EffectiveSessionState(app, "batch"), SessionState::kPass);
+  EXPECT_EQ(loaded->EffectiveSessionState(other, "alice"), SessionState::kTrack);
+  EXPECT_EQ(loaded->EffectiveMaxPinnedServers(other), 3);
+  loaded->pool.max_pinned_servers = 0;  // the default: half the pool, at least 1
+  EXPECT_EQ(loaded->EffectiveMaxPinnedServers(other), 5);
+  EXPECT_THAT(ErrorOf("pool: {session_state: pin}\n"),
+              HasSubstr("pool.session_state: expected one of track, refuse, pass"));
+  EXPECT_THAT(ErrorOf("databases: {app: {session_state: 1}}\n"),
+              HasSubstr("databases.app.session_state: expected one of track, refuse, pass"));
+}
+
 TEST(YamlLoaderTest, PeeringAndControllerAreTypedAndUnknownPeeringKeysOnlyWarn) {
   auto loaded = LoadConfigText(R"yaml(
 databases: {app: {}}
