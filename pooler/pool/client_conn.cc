@@ -558,6 +558,22 @@ bool ClientConn::RelayToServer() {
   if (server_ == nullptr || closed()) return !closed();
   ServerConn* server = server_;
   const auto data = in_.Readable();
+  if (pool_->tracks_prepared_statements() && server->relay().QuietInTransaction() &&
+      !stream_.mid_message()) {
+    // psycopg evicts statements from its cache with SQL DEALLOCATE inside transactions: the name
+    // is pgfleet's alone, so pgfleet answers (the server's copy stays for the cache to decide).
+    protocol::StringSink answer;
+    const size_t answered = Relay::AnswerIdleDeallocate(stream_, data, answer, 'T');
+    if (answered > 0) {
+      in_.Consume(answered);
+      in_.ReleaseIfEmpty();
+      if (!Send(AsBytes(answer.bytes()))) {
+        Close("write to client failed");
+        return false;
+      }
+      return in_.empty() ? true : RelayToServer();
+    }
+  }
   ConnectionOutput to_server(server, data);
   protocol::StringSink answers;
   const FrontendVerdict verdict = server->relay().FromClient(data, loop_.now(), to_server, answers);

@@ -157,6 +157,13 @@ class Relay {
   // messages. Only then may the server serve another client.
   bool IsReleasable() const;
   bool in_transaction() const { return tx_status_ != 'I'; }
+  // Inside a transaction that has not failed, with nothing owed to the client or sent to the
+  // server unanswered: pgfleet may answer the client itself in order (a DEALLOCATE of a renamed
+  // statement, which psycopg sends mid-transaction when its statement cache evicts).
+  bool QuietInTransaction() const {
+    return tx_status_ == 'T' && rfq_owed_.empty() && hidden_rfq_ == 0 && pending_.empty() &&
+           !backend_.mid_message() && staged_.empty();
+  }
   bool query_in_progress() const { return !rfq_owed_.empty(); }
   bool hidden_in_flight() const { return hidden_rfq_ > 0; }
   absl::Time query_started_at() const { return query_started_at_; }
@@ -198,12 +205,13 @@ class Relay {
   // Stand-in answers due now that nothing the server owes comes before them; false when none.
   bool TakeReadyAnswers(protocol::ByteSink& to_client);
 
-  // An idle client's `DEALLOCATE name` (simple, or psycopg's extended Parse/Bind/Describe/Execute/
+  // A client's `DEALLOCATE name` (simple, or psycopg's extended Parse/Bind/Describe/Execute/
   // Sync of it) for a statement pgfleet renamed: no server knows that name, so pgfleet forgets it
-  // and answers, ReadyForQuery included. Returns the bytes of `data` answered, 0 when the front of
-  // `data` is not such a DEALLOCATE.
+  // and answers, ReadyForQuery (`tx_status`) included. Only where nothing is in flight to the
+  // client: when it is idle, or inside a transaction on a quiet server (QuietInTransaction).
+  // Returns the bytes of `data` answered, 0 when the front of `data` is not such a DEALLOCATE.
   static size_t AnswerIdleDeallocate(ClientStream& client, std::span<const uint8_t> data,
-                                     protocol::ByteSink& to_client);
+                                     protocol::ByteSink& to_client, char tx_status = 'I');
 
  private:
   // What the server owes for each extended-protocol message in flight (see Pending).

@@ -183,7 +183,7 @@ std::string_view AsText(std::span<const uint8_t> bytes) {
 }  // namespace
 
 size_t Relay::AnswerIdleDeallocate(ClientStream& client, std::span<const uint8_t> data,
-                                   protocol::ByteSink& to_client) {
+                                   protocol::ByteSink& to_client, char tx_status) {
   if (client.mid_message()) return 0;
   // A DEALLOCATE, simple or extended (psycopg sends Parse/Bind/Describe/Execute/Sync with the
   // unnamed statement), is a few hundred bytes at most; anything longer is something else.
@@ -255,8 +255,9 @@ size_t Relay::AnswerIdleDeallocate(ClientStream& client, std::span<const uint8_t
     pos += piece.header.total_size();
   }
   client.statements.erase(*name);
-  // The client is idle (nothing linked, nothing in flight), so answering here keeps order.
-  protocol::BuildReadyForQuery(answer, 'I');
+  // Nothing is in flight to the client (idle, or a quiet transaction), so answering here keeps
+  // order.
+  protocol::BuildReadyForQuery(answer, tx_status);
   to_client.Append(answer.bytes());
   return pos;
 }
