@@ -607,7 +607,7 @@ bool ClientConn::RelayToServer() {
   // rest of the stream: when its ReadyForQuery came first, the server waited for this CopyDone or
   // CopyFail and nothing else will release it.
   if (verdict.copy_ended && pool_->mode() != config::PoolMode::kSession && server->IsReleasable() &&
-      !server->pinned_to_client()) {
+      !server->KeepForPinnedClient()) {
     pool_->ReleaseServer(server);
   }
   return true;

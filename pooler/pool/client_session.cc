@@ -35,7 +35,11 @@ void ClientSession::Apply(const sql::Effect& effect) {
     case EffectKind::kDiscardAll:
       // SET SESSION AUTHORIZATION DEFAULT; RESET ALL; DEALLOCATE ALL; CLOSE ALL; UNLISTEN *;
       // SELECT pg_advisory_unlock_all(); DISCARD PLANS; DISCARD TEMP; DISCARD SEQUENCES.
-      *this = ClientSession();
+      {
+        const bool counted = pin_counted;  // the relay uncounts it
+        *this = ClientSession();
+        pin_counted = counted;
+      }
       break;
     case EffectKind::kDiscardTemp:
       temp_objects_.clear();

@@ -46,6 +46,11 @@ class ClientSession {
   uint32_t pin_mask() const;
   // "temp_table,advisory_lock", or "" when not pinned (SHOW CLIENTS).
   std::string DescribePins() const;
+  // Counted in max_pinned_servers: the client kept its server past the end of a transaction.
+  // A pin made and released inside one transaction never counts (the transaction holds the
+  // server anyway: psycopg2 applications PREPARE and DEALLOCATE that way).
+  bool pin_counted = false;
+
   // Whether `effects` could pin a session that holds nothing yet.
   static bool AnyPins(const sql::Effects& effects);
 

@@ -526,11 +526,15 @@ void Pool::RemoveClient(ClientConn* client) {
     MoveClient(client, ClientState::kClosed);
     return;
   }
-  if (client->stream().session.pinned()) {
+  ClientSession& session = client->stream().session;
+  if (session.pinned()) {
     // What pinned the server (temporary tables, advisory locks...) goes with a DISCARD ALL
     // before anyone else uses it (ReturnServer).
-    pins_.OnPinChanged(false, 0);
     server->relay().RequireSessionReset();
+  }
+  if (session.pin_counted) {
+    pins_.OnPinChanged(false, 0);
+    session.pin_counted = false;
   }
   const bool clean =
       server->IsReleasable() && server->in().empty() && !server->has_pending_output();
@@ -646,6 +650,15 @@ bool Pool::CloseIdleClients(std::string_view reason, absl::Time now) {
   std::vector<ClientConn*> idle;
   for (ClientConn* c : clients_.In({ClientState::kIdle})) {
     if (now - c->last_activity_at() > kIdleGrace && c->in().empty()) idle.push_back(c);
+  }
+  // A client whose session state pins its server is between transactions too when that server
+  // could be released: it goes as an idle one does (its server is reset on the way).
+  for (ClientConn* c : clients_.In({ClientState::kActive})) {
+    const ServerConn* server = c->server();
+    if (mode_ != config::PoolMode::kSession && server != nullptr && server->IsReleasable() &&
+        c->session().pinned() && now - c->last_activity_at() > kIdleGrace && c->in().empty()) {
+      idle.push_back(c);
+    }
   }
   for (ClientConn* c : idle) c->Fatal(protocol::sqlstate::kAdminShutdown, reason);
   return client_count() == 0;

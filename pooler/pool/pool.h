@@ -67,6 +67,7 @@ class Pool {
   const RelaySettings& relay_settings() const { return relay_settings_; }
   WorkerContext& context() const { return context_; }
   const PinnedServers& pinned_servers() const { return pins_; }
+  PinnedServers& pinned_servers_limit() { return pins_; }
   ServerCredentials& credentials() { return credentials_; }
   PoolStats& stats() { return stats_; }
 

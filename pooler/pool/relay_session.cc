@@ -334,8 +334,9 @@ void Relay::ApplySessionEffect(const sql::Effect& effect) {
     default:
       break;
   }
-  if (session.pinned() != was_pinned && settings_.pins != nullptr) {
-    settings_.pins->OnPinChanged(session.pinned(), session.pin_mask());
+  if (was_pinned && !session.pinned() && session.pin_counted && settings_.pins != nullptr) {
+    settings_.pins->OnPinChanged(false, 0);
+    session.pin_counted = false;
   }
 }
 

@@ -482,7 +482,17 @@ void ServerConn::AfterRelayChunk() {
                    "transaction blocks not allowed in statement pooling mode");
     return;
   }
-  if (relay_.IsReleasable() && !pinned_to_client()) pool_->ReleaseServer(this);
+  if (relay_.IsReleasable() && !KeepForPinnedClient()) pool_->ReleaseServer(this);
+}
+
+bool ServerConn::KeepForPinnedClient() {
+  if (!pinned_to_client()) return false;
+  ClientSession& session = client_->stream().session;
+  if (!session.pin_counted) {
+    session.pin_counted = true;
+    pool_->pinned_servers_limit().OnPinChanged(true, session.pin_mask());
+  }
+  return true;
 }
 
 bool ServerConn::pinned_to_client() const {

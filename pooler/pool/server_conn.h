@@ -61,6 +61,9 @@ class ServerConn final : public net::Connection, public base::ListNode {
   // statements, advisory locks, cursors WITH HOLD, LISTEN): it keeps the server between
   // transactions until released (docs/architecture.md, "Session state in transaction pooling").
   bool pinned_to_client() const;
+  // At a transaction's end: true when the client keeps this server (its pin is counted in
+  // max_pinned_servers from now on).
+  bool KeepForPinnedClient();
   bool in_transaction() const { return relay_.in_transaction(); }
   bool query_in_progress() const { return relay_.query_in_progress() || auth_query_running_; }
 
