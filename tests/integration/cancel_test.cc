@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -208,7 +209,8 @@ void CancelThenDisconnect(CancelTest& test, int workers) {
                       [](const std::string& n) { return n == "1"; }),
               "1")
         << i;
-    PGcancel* cancel = PQgetCancel(c.get());
+    // Freed however the round ends (an ASSERT below returns early).
+    std::unique_ptr<PGcancel, decltype(&PQfreeCancel)> cancel(PQgetCancel(c.get()), &PQfreeCancel);
     // The cancel goes out on its own thread while the session closes at once (Terminate, then
     // the socket), so the two race as they do in pgx.
     std::thread canceller([cancel] {
@@ -280,7 +282,8 @@ TEST_F(CancelTest, CancelArrivingAfterTheClientLeftStillStopsItsQuery) {
     ASSERT_EQ(WaitFor([&] { return pg().QueryValue(running + " AND wait_event = 'PgSleep'"); },
                       [](const std::string& n) { return n == "1"; }),
               "1");
-    PGcancel* cancel = PQgetCancel(c.get());
+    // Freed however the round ends (an ASSERT below returns early).
+    std::unique_ptr<PGcancel, decltype(&PQfreeCancel)> cancel(PQgetCancel(c.get()), &PQfreeCancel);
     c.reset();  // gone mid-query: pgfleet cancels it, and the query survives that cancel
     ASSERT_EQ(
         WaitFor(
@@ -292,8 +295,8 @@ TEST_F(CancelTest, CancelArrivingAfterTheClientLeftStillStopsItsQuery) {
         "1")
         << fleet.Log();
     char err[256];
-    ASSERT_EQ(PQcancel(cancel, err, sizeof(err)), 1) << err;
-    PQfreeCancel(cancel);
+    ASSERT_EQ(PQcancel(cancel.get(), err, sizeof(err)), 1) << err;
+    cancel.reset();
     EXPECT_EQ(WaitFor([&] { return pg().QueryValue(running); },
                       [](const std::string& n) { return n == "0"; }, std::chrono::seconds(3)),
               "0")
