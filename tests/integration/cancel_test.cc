@@ -209,8 +209,7 @@ void CancelThenDisconnect(CancelTest& test, int workers) {
                       [](const std::string& n) { return n == "1"; }),
               "1")
         << i;
-    // Freed however the round ends (an ASSERT below returns early).
-    std::unique_ptr<PGcancel, decltype(&PQfreeCancel)> cancel(PQgetCancel(c.get()), &PQfreeCancel);
+    PGcancel* cancel = PQgetCancel(c.get());
     // The cancel goes out on its own thread while the session closes at once (Terminate, then
     // the socket), so the two race as they do in pgx.
     std::thread canceller([cancel] {
