@@ -236,7 +236,8 @@ void Pool::ScheduleServeWaiting() {
 
 bool Pool::CanLaunch() const {
   const absl::Time now = context_.loop().now();
-  return !paused_ && now >= next_connect_allowed_ && hosts_.AnyToTry(now);
+  return !registry_->closed_all() && !paused_ && now >= next_connect_allowed_ &&
+         hosts_.AnyToTry(now);
 }
 
 bool Pool::LaunchServer(ServerBudget::Purpose purpose) {

@@ -241,6 +241,7 @@ void PoolRegistry::Reload(std::shared_ptr<const config::Config> config, auth::Us
 }
 
 void PoolRegistry::CloseAll(std::string_view reason) {
+  closed_all_ = true;
   for (ClientConn* c : WorkerClients()) c->Fatal(protocol::sqlstate::kAdminShutdown, reason);
   for (auto& [key, pool] : pools_) pool->Shutdown(reason);
 }

@@ -109,10 +109,14 @@ class PoolRegistry final : public ClientHost, public ServerDirectory {
   // Stops accepting work: clients are told and closed, servers closed (those whose clients were
   // mid-query once they have drained, see Pool::Shutdown).
   void CloseAll(std::string_view reason);
+  // After CloseAll nothing opens a server again (the janitor's min_pool_size would otherwise
+  // open some while draining servers finish, and the worker would exit with them).
+  bool closed_all() const { return closed_all_; }
   // Servers draining after their client left mid-query, in every pool.
   size_t draining_server_count() const;
 
  private:
+  bool closed_all_ = false;
   // Clients logging in and on the console, in state order.
   std::vector<ClientConn*> WorkerClients() const;
 
