@@ -105,6 +105,9 @@ enum class PendingAction : uint8_t {
   // that it skips to the Sync and the Sync rolls the batch back, and its error is replaced by
   // `error`, the client's.
   kReplaceError,
+  // A client's DEALLOCATE of a renamed statement, sent to the server as kDeallocateStandIn: the
+  // CommandComplete that ends it is replaced by DEALLOCATE's.
+  kReplaceTag,
 };
 
 // A statement name no server has: pgfleet names its statements "pgfleet_" and 32 hex digits, and
@@ -112,6 +115,16 @@ enum class PendingAction : uint8_t {
 // a client's message that pgfleet answers for (a client that PREPAREs this very name in SQL
 // defeats it, and gets the answer to its own statement).
 inline constexpr std::string_view kMissingStatementName = "pgfleet_missing_statement";
+
+// What the server runs in the place of a client's DEALLOCATE of a statement pgfleet renamed, when
+// the DEALLOCATE comes behind other messages (Relay::RewritePrepared): the server knows the
+// statement by another name, if at all. It answers as DEALLOCATE does but for its tag (NoData to a
+// Describe, one CommandComplete, 25P02 in a failed transaction, skipped after an error in its
+// batch; allowed in read-only transactions and on a hot standby) and changes nothing: UNLISTEN of
+// a channel nobody listens on is a no-op in PostgreSQL (Async_Unlisten queues nothing for a
+// session that never listened). The `pgfleet_` channel name never collides with a client's.
+inline constexpr std::string_view kDeallocateStandIn = "UNLISTEN pgfleet_deallocate";
+inline constexpr std::string_view kDeallocateStandInTag = "UNLISTEN";
 
 struct Pending {
   PendingKind kind = PendingKind::kSync;
@@ -122,8 +135,12 @@ struct Pending {
   // For a client's Parse of a named statement: the client's name for it, and whether this Parse
   // gave the client that name (a Parse that fails, or is skipped after an error, frees it again,
   // as in PostgreSQL). The statement the name was given is `named`.
+  // For a client's Close or DEALLOCATE of a renamed statement: the name it took away
+  // (`unnamed_here`) and the statement the name had (`named`); skipped after an error in its
+  // batch, it gives the name back, as in PostgreSQL.
   std::string client_name;
   bool named_here = false;
+  bool unnamed_here = false;
   StatementPtr named;
   // kReplaceError: the ErrorResponse the client gets in place of the server's.
   std::string error;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/algorithm/container.h"
 #include "absl/container/inlined_vector.h"
@@ -109,9 +110,13 @@ FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
         if (settings_.track_prepared) PushPending(PendingKind::kSync, PendingAction::kForward);
         break;
       case 'E':
-        if (settings_.track_prepared) PushPending(PendingKind::kExecute, PendingAction::kForward);
+        // Its answer is accounted for in RewritePrepared (with track_prepared).
         client.unsynced = true;
-        sent_.push_back('E');
+        if (!inserted) {
+          sent_.push_back('E');
+        } else if (sent_.empty() || sent_.back() != kSentOther) {
+          sent_.push_back(kSentOther);  // pgfleet's message that fails in its place
+        }
         break;
       case 'P':
       case 'B':
@@ -184,13 +189,13 @@ BackendVerdict Relay::FromServer(std::span<const uint8_t> data, RelayOutput& to_
 }
 
 void Relay::EmitReadyAnswers(RelayOutput& to_client) {
-  if (!replacement_error_.empty()) {
-    // In the place of the server's error, which it hid.
+  if (!replacement_.empty()) {
+    // In the place of the server's message, which it hid.
     if (client_ != nullptr) {
       to_client.Insert(
-          {reinterpret_cast<const uint8_t*>(replacement_error_.data()), replacement_error_.size()});
+          {reinterpret_cast<const uint8_t*>(replacement_.data()), replacement_.size()});
     }
-    replacement_error_.clear();
+    replacement_.clear();
   }
   if (pending_.empty()) return;
   scratch_.mutable_bytes().clear();
@@ -250,7 +255,17 @@ bool Relay::OnPendingResponse(uint8_t type, std::span<const uint8_t> body) {
     case 'C':
     case 'I':
     case 's':
-      if (!pending_.empty() && pending_.front().kind == PendingKind::kExecute) pending_.pop_front();
+      if (!pending_.empty() && pending_.front().kind == PendingKind::kExecute) {
+        const bool replace = type == 'C' && pending_.front().action == PendingAction::kReplaceTag;
+        pending_.pop_front();
+        if (replace) {
+          // The end of kDeallocateStandIn: the client gets the DEALLOCATE it sent.
+          protocol::StringSink tag;
+          protocol::BuildCommandComplete(tag, "DEALLOCATE");
+          replacement_ = std::move(tag.mutable_bytes());
+          return false;
+        }
+      }
       return true;
     case 'E':
       // The failing message is the head (unless it is a simple Query, answered by its 'Z'); it
@@ -261,7 +276,7 @@ bool Relay::OnPendingResponse(uint8_t type, std::span<const uint8_t> body) {
         if (pending_.front().action == PendingAction::kReplaceError) {
           // The message pgfleet made fail in the place of one it refused: the client gets its
           // own error instead (EmitReadyAnswers), and the skip to the Sync is the same.
-          replacement_error_ = std::move(pending_.front().error);
+          replacement_ = std::move(pending_.front().error);
           return false;
         }
         // A renamed Parse refused because the server has the statement: pgfleet re-parsed it
@@ -290,11 +305,21 @@ void Relay::UndoFailedPipeline() {
   // The failing message is the head: a Parse of it refused with 42P05 says the statement is there.
   bool head_exists = failed_parse_exists_;
   absl::InlinedVector<const PreparedStatement*, 4> decided;
+  // The client's names that skipped messages gave or took: undone last first, so that each name
+  // ends as it was before the first of them (a Close then a re-Parse of one name, or the reverse).
+  std::vector<Pending> renames;
   while (!pending_.empty() && pending_.front().kind != PendingKind::kSync) {
     Pending skipped = std::move(pending_.front());
     pending_.pop_front();
     const bool exists = std::exchange(head_exists, false);
-    if (skipped.named_here) ForgetFailedName(skipped);
+    if (skipped.named_here || skipped.unnamed_here) {
+      Pending rename;
+      rename.client_name = skipped.client_name;
+      rename.named_here = skipped.named_here;
+      rename.unnamed_here = skipped.unnamed_here;
+      rename.named = skipped.named;
+      renames.push_back(std::move(rename));
+    }
     if (skipped.statement == nullptr || absl::c_linear_search(decided, skipped.statement.get())) {
       continue;
     }
@@ -318,8 +343,33 @@ void Relay::UndoFailedPipeline() {
       statements_.Adopt(std::move(skipped.statement));
     }
   }
+  for (auto it = renames.rbegin(); it != renames.rend(); ++it) {
+    if (it->named_here) {
+      ForgetFailedName(*it);
+    } else {
+      RestoreSkippedName(*it);
+    }
+  }
   pipeline_failed_ = false;
   failed_parse_exists_ = false;
+}
+
+bool Relay::ParsedAgainInFlight(std::string_view name) const {
+  const auto next_sync = std::find_if(pending_.begin(), pending_.end(), [](const Pending& p) {
+    return p.kind == PendingKind::kSync;
+  });
+  return std::any_of(next_sync, pending_.end(), [&](const Pending& p) {
+    return p.kind == PendingKind::kParse && p.client_name == name;
+  });
+}
+
+void Relay::RestoreSkippedName(const Pending& close) {
+  // A later batch already in flight that Parses the name found it free and was answered for it
+  // (pgfleet cannot take that back): the name stays with that Parse.
+  if (client_ == nullptr || close.named == nullptr || ParsedAgainInFlight(close.client_name)) {
+    return;
+  }
+  client_->statements.try_emplace(close.client_name, close.named);
 }
 
 void Relay::ForgetFailedName(const Pending& parse) {
@@ -537,11 +587,11 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
         observer.OnHiddenQueryFailed(fields.ok() ? fields->message : "malformed");
         return false;
       }
-      if (!replacement_error_.empty()) {
+      if (!replacement_.empty()) {
         // Counted as the error the client gets.
         fields = protocol::ParseErrorFields(
-            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(replacement_error_.data()),
-                                     replacement_error_.size())
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(replacement_.data()),
+                                     replacement_.size())
                 .subspan(protocol::kHeaderSize));
       }
       observer.OnServerError(fields.ok() ? fields->sqlstate : std::string_view());

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -100,8 +101,17 @@ struct ClientStream {
   absl::flat_hash_map<std::string, sql::Effects> statement_effects;
   sql::Effects portal_effects;
   bool unnamed_refused = false;  // its unnamed statement is pgfleet's refusal (relay_session.cc)
-  bool in_copy_in = false;       // inside COPY FROM STDIN
-  bool unsynced = false;         // sent extended-protocol messages not yet closed by Sync
+  // Its unnamed statement is a DEALLOCATE of its renamed statement of this name, which the server
+  // got as kDeallocateStandIn; a Bind of it makes `portal_deallocates` that portal, whose Execute
+  // forgets the name (Relay::RewritePrepared).
+  std::optional<std::string> unnamed_deallocates;
+  struct DeallocatePortal {
+    std::string portal;
+    std::string name;
+  };
+  std::optional<DeallocatePortal> portal_deallocates;
+  bool in_copy_in = false;  // inside COPY FROM STDIN
+  bool unsynced = false;    // sent extended-protocol messages not yet closed by Sync
   // A query cancelled while queued: its rest is dropped as it arrives, never relayed.
   CancelledRest cancelled_rest = CancelledRest::kNone;
 
@@ -224,6 +234,10 @@ class Relay {
   }
   // A failed or skipped Parse gave the client its name: the name is free again.
   void ForgetFailedName(const Pending& parse);
+  // A skipped Close or DEALLOCATE took the client's name away: it has it again.
+  void RestoreSkippedName(const Pending& close);
+  // Whether a batch after the next Sync in flight Parses the client's `name`.
+  bool ParsedAgainInFlight(std::string_view name) const;
   // Returns false when the backend message must not reach the client.
   bool OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayObserver& observer);
   bool OnPendingResponse(uint8_t type, std::span<const uint8_t> body);
@@ -303,8 +317,9 @@ class Relay {
   std::deque<Pending> pending_;
   bool pipeline_failed_ = false;      // an error: the server skips to the next Sync
   bool failed_parse_exists_ = false;  // the failing message is a Parse of a statement it has
-  // The client's error that replaces the server's (kReplaceError), due after the current message.
-  std::string replacement_error_;
+  // What the client gets in the place of the server message just hidden, due after it: its own
+  // error (kReplaceError) or DEALLOCATE's CommandComplete (kReplaceTag).
+  std::string replacement_;
   ParamSet params_;
   ServerStatementCache statements_;
   // Session effects sent to the server, waiting for the answers that tell whether they took:

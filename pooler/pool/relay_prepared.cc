@@ -10,6 +10,27 @@
 
 namespace pgfleet::pool {
 
+namespace {
+
+// A DEALLOCATE, simple or extended (psycopg sends Parse/Bind/Describe/Execute/Sync with the
+// unnamed statement), is a few hundred bytes at most; anything longer is something else.
+constexpr size_t kMaxDeallocateMessage = 1024;
+
+// The statement a DEALLOCATE names, when `sql` is one and names a statement of `statements`.
+template <typename Map>
+std::optional<std::string> DeallocatedStatement(std::string_view sql, const Map& statements) {
+  if (!sql.empty() && sql.back() == '\0') sql.remove_suffix(1);
+  std::optional<std::string> name = ParseDeallocate(sql);
+  if (!name.has_value() || !statements.contains(*name)) return std::nullopt;
+  return name;
+}
+
+std::string_view AsText(std::span<const uint8_t> bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+}  // namespace
+
 void Relay::AppendParse(const StatementPtr& statement, PendingAction action) {
   auto& counters = settings_.statements->counters();
   for (const StatementPtr& evicted :
@@ -44,11 +65,33 @@ Relay::Rewrite Relay::FailMessage(PendingKind poison, std::string_view sqlstate,
   return Rewrite::kReplace;
 }
 
+// A client's DEALLOCATE or Close of a statement pgfleet renamed acts on the client's names in
+// stream order, wherever it comes (idle, mid-transaction, behind other messages of a pipeline):
+// later messages of the client find the name gone, and a Close or DEALLOCATE that PostgreSQL would
+// skip (an error earlier in its batch) or fail (25P02 in a failed transaction) gives it back
+// (UndoFailedPipeline). The server's copy stays: other clients' statements of the same content
+// share it, and the per-server cache (max_prepared_statements) decides when it goes.
+//
+// A Close is answered by pgfleet (kFakeCloseComplete) in its turn: it cannot fail where the
+// server would not skip it. A DEALLOCATE can fail (25P02), so the server answers it, in its turn
+// and with the same outcome, by running kDeallocateStandIn in its place; pgfleet only replaces
+// the CommandComplete tag. This keeps the order of answers exact without pgfleet knowing the
+// transaction status at that point of the stream: an answer of its own for a DEALLOCATE queued
+// behind messages the server has not run yet would need the ReadyForQuery status and the error
+// that only the server knows then. (A DEALLOCATE on a quiet server is answered without the round
+// trip: AnswerIdleDeallocate.)
 Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piece, size_t* skip,
                                       FrontendVerdict* verdict) {
   const uint8_t type = piece.header.type;
-  if (type != 'P' && type != 'B' && type != 'D' && type != 'C') return Rewrite::kPassThrough;
+  if (type != 'P' && type != 'B' && type != 'D' && type != 'C' && type != 'Q' && type != 'E') {
+    return Rewrite::kPassThrough;
+  }
   const bool whole = piece.whole();
+  if (type == 'Q' && !whole) {
+    // A DEALLOCATE is short; a long query streams on unread.
+    return piece.header.total_size() <= kMaxDeallocateMessage ? Rewrite::kNeedMore
+                                                              : Rewrite::kPassThrough;
+  }
   // A Bind's names come first; its parameters may stream on in pieces.
   if (type != 'B' && !whole) return Rewrite::kNeedMore;
   protocol::Reader reader(piece.bytes.subspan(protocol::kHeaderSize));
@@ -69,14 +112,73 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
                        base::StrCat("prepared statement \"", name, "\" does not exist"));
   };
   auto& names = client_->statements;
+  // The client's name leaves at this point of its stream; the message's answer (`action`) puts it
+  // back if the server skips or fails that message.
+  auto forget = [&](PendingKind kind, PendingAction action, std::string_view name) {
+    PushPending(kind, action);
+    auto it = names.find(std::string(name));
+    if (it == names.end()) return;
+    Pending& pending = pending_.back();
+    pending.client_name = std::string(name);
+    pending.unnamed_here = true;
+    pending.named = std::move(it->second);
+    names.erase(it);
+  };
 
   switch (type) {
+    case 'Q': {
+      std::optional<std::string> name;
+      if (piece.header.total_size() <= kMaxDeallocateMessage && !client_->in_copy_in) {
+        name = DeallocatedStatement(AsText(piece.body()), names);
+      }
+      if (!name.has_value()) return Rewrite::kPassThrough;
+      *skip = piece.header.total_size();
+      protocol::BuildQuery(scratch_, kDeallocateStandIn);
+      // Its statement's end; the Query's ReadyForQuery is a kSync as any other Query's.
+      forget(PendingKind::kExecute, PendingAction::kReplaceTag, *name);
+      return Rewrite::kReplace;
+    }
+    case 'E': {
+      std::string_view portal;
+      if (!reader.ReadCString(&portal)) return malformed();
+      auto& deallocating = client_->portal_deallocates;
+      if (!deallocating.has_value() || deallocating->portal != portal) {
+        PushPending(PendingKind::kExecute, PendingAction::kForward);
+        return Rewrite::kPassThrough;
+      }
+      // The portal runs kDeallocateStandIn, once (a second Execute of it is the server's to
+      // answer, as for any portal that ran to its end).
+      const std::string name = std::move(deallocating->name);
+      deallocating.reset();
+      if (!names.contains(name)) {
+        // Closed or deallocated since the DEALLOCATE was parsed: PostgreSQL's ERROR.
+        *skip = piece.header.total_size();
+        protocol::BuildDescribe(scratch_, 'S', kMissingStatementName);
+        return missing(name, PendingKind::kDescribe);
+      }
+      forget(PendingKind::kExecute, PendingAction::kReplaceTag, name);
+      return Rewrite::kPassThrough;
+    }
     case 'P': {
       std::string_view name;
       if (!reader.ReadCString(&name)) return malformed();
       if (name.empty()) {
+        client_->unnamed_deallocates.reset();
+        std::string_view query;
+        int16_t params = 0;
+        // A DEALLOCATE takes no parameters; with declared ones it is not psycopg's, and the
+        // server answers it. (A Parse that pgfleet's session state refused is not one either.)
+        std::optional<std::string> deallocated;
+        if (!client_->unnamed_refused && reader.ReadCString(&query) && reader.ReadInt16(&params) &&
+            params == 0) {
+          deallocated = DeallocatedStatement(query, names);
+        }
         PushPending(PendingKind::kParse, PendingAction::kForward);
-        return Rewrite::kPassThrough;
+        if (!deallocated.has_value()) return Rewrite::kPassThrough;
+        *skip = piece.header.total_size();
+        protocol::BuildParse(scratch_, "", kDeallocateStandIn, {});
+        client_->unnamed_deallocates = std::move(deallocated);
+        return Rewrite::kReplace;
       }
       const auto tail = reader.Rest();
       auto& registry = *settings_.statements;
@@ -113,6 +215,14 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
       if (!reader.ReadCString(&portal) || !reader.ReadCString(&name)) {
         return whole ? malformed() : Rewrite::kNeedMore;
       }
+      // A Bind replaces the portal it names, here and on the server.
+      auto& deallocating = client_->portal_deallocates;
+      if (name.empty() && client_->unnamed_deallocates.has_value()) {
+        deallocating =
+            ClientStream::DeallocatePortal{std::string(portal), *client_->unnamed_deallocates};
+      } else if (deallocating.has_value() && deallocating->portal == portal) {
+        deallocating.reset();
+      }
       if (name.empty()) {
         PushPending(PendingKind::kBind, PendingAction::kForward);
         return Rewrite::kPassThrough;
@@ -141,14 +251,20 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
       if (!reader.ReadByte(&kind) || !reader.ReadCString(&name)) return malformed();
       const PendingKind pending = type == 'D' ? PendingKind::kDescribe : PendingKind::kClose;
       if (kind != 'S' || name.empty()) {
+        if (type == 'C' && kind == 'S') client_->unnamed_deallocates.reset();
+        auto& deallocating = client_->portal_deallocates;
+        if (type == 'C' && kind == 'P' && deallocating.has_value() &&
+            deallocating->portal == name) {
+          deallocating.reset();
+        }
         PushPending(pending, PendingAction::kForward);
         return Rewrite::kPassThrough;
       }
       *skip = piece.header.total_size();
       if (type == 'C') {
-        // Other clients may share the server-side statement: forget the name, keep the statement.
-        names.erase(std::string(name));
-        PushPending(PendingKind::kClose, PendingAction::kFakeCloseComplete);
+        // Other clients may share the server-side statement: forget the name, keep the statement
+        // (see above). Closing a name the client lacks is no error in PostgreSQL.
+        forget(PendingKind::kClose, PendingAction::kFakeCloseComplete, name);
         return Rewrite::kReplace;
       }
       auto it = names.find(std::string(name));
@@ -165,29 +281,10 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
   return Rewrite::kPassThrough;
 }
 
-namespace {
-
-// The statement a DEALLOCATE names, when `sql` is one and names a statement of `statements`.
-template <typename Map>
-std::optional<std::string> DeallocatedStatement(std::string_view sql, const Map& statements) {
-  if (!sql.empty() && sql.back() == '\0') sql.remove_suffix(1);
-  std::optional<std::string> name = ParseDeallocate(sql);
-  if (!name.has_value() || !statements.contains(*name)) return std::nullopt;
-  return name;
-}
-
-std::string_view AsText(std::span<const uint8_t> bytes) {
-  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
-}
-
-}  // namespace
-
 size_t Relay::AnswerIdleDeallocate(ClientStream& client, std::span<const uint8_t> data,
                                    protocol::ByteSink& to_client, char tx_status) {
   if (client.mid_message()) return 0;
-  // A DEALLOCATE, simple or extended (psycopg sends Parse/Bind/Describe/Execute/Sync with the
-  // unnamed statement), is a few hundred bytes at most; anything longer is something else.
-  constexpr size_t kMaxBatch = 1024;
+  constexpr size_t kMaxBatch = kMaxDeallocateMessage;
   data = data.first(std::min(data.size(), kMaxBatch));
   std::optional<std::string> name;
   protocol::StringSink answer;
