@@ -128,7 +128,7 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
   switch (type) {
     case 'Q': {
       std::optional<std::string> name;
-      if (piece.header.total_size() <= kMaxDeallocateMessage && !client_->in_copy_in) {
+      if (piece.header.total_size() <= kMaxDeallocateMessage) {
         name = DeallocatedStatement(AsText(piece.body()), names);
       }
       if (!name.has_value()) return Rewrite::kPassThrough;

@@ -8,13 +8,14 @@
 // side's pending bytes are delivered in a chunk, the server sends a notice, pgfleet adds a hidden
 // query (only where the pool would: on a releasable server). While the server is releasable the
 // client counts as unlinked, so its bytes meet Relay::AnswerIdleDeallocate first, as in
-// ClientConn. The server is a small model of PostgreSQL that answers what the relay actually sent
-// it (renamed and injected statements included): simple and extended queries, transaction status,
-// COPY in both directions, skip-till-Sync after an error, prepared statements and portals. A
-// plausible server is what reaches the deep states (pipelines failing midway, COPY after an error,
-// evictions); in chaos mode the fuzzer also slips arbitrary backend messages into the server's
-// stream, and only the checks that hold for any server remain. At the end everything is
-// delivered and the client finishes like a driver (CopyDone, Sync, rollback).
+// ClientConn; a DEALLOCATE behind other messages meets the relay's stand-in rewrite. The server is
+// a small model of PostgreSQL that answers what the relay actually sent it (renamed and injected
+// statements included): simple and extended queries, transaction status, COPY in both directions,
+// skip-till-Sync after an error, prepared statements and portals. A plausible server is what
+// reaches the deep states (pipelines failing midway, COPY after an error, evictions); in chaos mode
+// the fuzzer also slips arbitrary backend messages into the server's stream, and only the checks
+// that hold for any server remain. At the end everything is delivered and the client finishes like
+// a driver (CopyDone, Sync, rollback).
 //
 // Checked, aborting on a violation:
 //  - the release rule: never IsReleasable() while the last ReadyForQuery said 'T'/'E', while the
@@ -32,6 +33,8 @@
 //    for the Syncs the relay keeps back inside COPY FROM STDIN;
 //  - answers: the client never gets more ParseComplete/BindComplete/CloseComplete than it sent
 //    Parse/Bind/Close (model mode);
+//  - DEALLOCATE: one of a statement the relay renamed for the client never reaches the server,
+//    and the stand-in's CommandComplete never reaches the client (DEALLOCATE's does, in its place);
 //  - prepared statements: the server never gets a Bind/Describe of a pgfleet_ statement it lacks
 //    (but pgfleet_missing_statement, which pgfleet sends on purpose to fail a message it refused,
 //    and whose error it replaces with the client's) or a Parse of one it has (the relay's
@@ -186,6 +189,7 @@ enum class QueryKind {
   kEmpty,
   kBad,         // fails at parse time, every time (a syntax error)
   kDeallocate,  // DEALLOCATE of one named statement (`value`)
+  kUnlisten,    // pgfleet's stand-in for a client's DEALLOCATE (pool::kDeallocateStandIn)
 };
 struct QuerySpec {
   std::string_view sql;
@@ -216,6 +220,11 @@ constexpr QuerySpec kHiddenQueries[] = {
     {"select 1", QueryKind::kSelect},
     {"select bad", QueryKind::kBad},
 };
+// A CommandComplete's body: its tag and the NUL that ends it.
+std::string CompleteBody(std::string_view tag) { return std::string(tag) + '\0'; }
+
+// What the relay sends in the place of a client's DEALLOCATE of a statement it renamed.
+constexpr QuerySpec kStandIn = {pool::kDeallocateStandIn, QueryKind::kUnlisten};
 
 // The query a text is: a client query may carry a trailing comment as padding, so that messages
 // are long enough to be relayed in pieces and distinct texts make distinct statements.
@@ -229,6 +238,7 @@ const QuerySpec& Classify(std::string_view sql) {
   for (const auto& spec : kHiddenQueries) {
     if (spec.sql == sql) return spec;
   }
+  if (sql == kStandIn.sql) return kStandIn;
   FUZZ_CHECK(false && "the server got a query nobody sent");
   return kClientQueries[0];
 }
@@ -314,12 +324,14 @@ class Harness {
     bool discards;        // CommandComplete of DISCARD ALL / DEALLOCATE ALL
     uint64_t passed = 0;  // bytes of it the relay passed to the client
     // An error for the message pgfleet made fail in the place of one it refused (a statement
-    // name the client lacks, or has for another query): the client gets pgfleet's error instead.
+    // name the client lacks, or has for another query), or the CommandComplete of its stand-in for
+    // a DEALLOCATE: the client gets pgfleet's message instead.
     bool replaced = false;
   };
   struct Portal {
     QueryKind kind;
     int rows_left;
+    bool done = false;  // a utility statement's portal ran (only kUnlisten's is marked)
   };
   enum class Copy { kNone, kSimple, kExtended };
 
@@ -586,14 +598,17 @@ class Harness {
         }
         break;
       case 10: {
-        // psycopg 3 drops a statement with an unnamed-statement DEALLOCATE, extended protocol.
+        // psycopg 3 drops a statement with an unnamed-statement DEALLOCATE, extended protocol:
+        // with its Sync, or in a pipeline (libpq's PQsendQueryParams) behind and ahead of other
+        // messages of one batch.
         const auto& spec = kClientQueries[fdp_.ConsumeIntegralInRange<size_t>(
             std::size(kClientQueries) - 3, std::size(kClientQueries) - 1)];
         AppendClient(Build([&](auto& s) { protocol::BuildParse(s, "", spec.sql, {}); }));
-        AppendClient(Build([](auto& s) { protocol::BuildBindText(s, "", "", {}); }));
-        AppendClient(Build([](auto& s) { protocol::BuildDescribe(s, 'P', ""); }));
-        AppendClient(Build([](auto& s) { protocol::BuildExecute(s, "", 0); }));
-        AppendClient(Build([](auto& s) { protocol::BuildSync(s); }));
+        const std::string portal = fdp_.ConsumeIntegralInRange<int>(0, 3) == 0 ? "p" : "";
+        AppendClient(Build([&](auto& s) { protocol::BuildBindText(s, portal, "", {}); }));
+        AppendClient(Build([&](auto& s) { protocol::BuildDescribe(s, 'P', portal); }));
+        AppendClient(Build([&](auto& s) { protocol::BuildExecute(s, portal, 0); }));
+        if (fdp_.ConsumeBool()) AppendClient(Build([](auto& s) { protocol::BuildSync(s); }));
         break;
       }
       default: {
@@ -759,8 +774,12 @@ class Harness {
       protocol::FrameHeader header;
       FUZZ_CHECK(protocol::PeekHeader(Bytes(bytes.substr(pos)), kMaxPacket, &header) ==
                  protocol::FrameResult::kMessage);
-      // ParseComplete, CloseComplete, or the ERROR of a message pgfleet refused.
-      FUZZ_CHECK(header.type == '1' || header.type == '3' || header.type == 'E');
+      // ParseComplete, CloseComplete, the ERROR of a message pgfleet refused, or the
+      // CommandComplete of a DEALLOCATE in the place of its stand-in's.
+      FUZZ_CHECK(
+          header.type == '1' || header.type == '3' || header.type == 'E' ||
+          (header.type == 'C' && bytes.substr(pos + protocol::kHeaderSize, header.body_size()) ==
+                                     std::string_view("DEALLOCATE\0", 11)));
       pos += header.total_size();
     }
   }
@@ -770,6 +789,9 @@ class Harness {
       static constexpr std::string_view kBackendTypes = "123nItTDCENSZGHdcs";
       FUZZ_CHECK(kBackendTypes.find(static_cast<char>(type)) != std::string_view::npos);
       if (type == '1' || type == '2' || type == '3') ++got_[type];
+      // The stand-in's tag never reaches the client: its DEALLOCATE's does (while the model's
+      // account of whose answer is whose holds).
+      FUZZ_CHECK(!Trusted() || !(type == 'C' && body.starts_with(pool::kDeallocateStandInTag)));
       if (type == 'C' && (body.starts_with("DISCARD ALL") || body.starts_with("DEALLOCATE ALL"))) {
         client_names_.clear();  // pgfleet forgets the client's statements when it sees these
       }
@@ -840,7 +862,10 @@ class Harness {
     if (type == 'G') copy_ins_.push_back(tag_ == Tag::kClient ? copy_ends_received_ : -1);
     server_msgs_.push_back({server_generated_, server_generated_ + message.size(), type, tag_,
                             type == 'Z' ? message[5] : '\0', discards});
-    server_msgs_.back().replaced = type == 'E' && answering_missing_;
+    server_msgs_.back().replaced =
+        (type == 'E' && answering_missing_) ||
+        (type == 'C' && std::string_view(message).substr(protocol::kHeaderSize) ==
+                            CompleteBody(pool::kDeallocateStandInTag));
     server_generated_ += message.size();
     server_out_ += message;
   }
@@ -959,6 +984,9 @@ class Harness {
         }
         EmitComplete("DEALLOCATE");
         return true;
+      case QueryKind::kUnlisten:
+        EmitComplete(pool::kDeallocateStandInTag);
+        return true;
     }
     return true;
   }
@@ -997,6 +1025,13 @@ class Harness {
       const auto skipped = skipped_closes_.find(std::string(name));
       FUZZ_CHECK(!exists || (skipped != skipped_closes_.end() && skipped->second > ready_taken_));
     }
+  }
+  // A client's DEALLOCATE of a name the relay renames for it never reaches the server, which
+  // knows the statement by another name: the relay sent its stand-in instead. (One padded with a
+  // comment is not recognised, and reaches the server as it is.)
+  void CheckDeallocate(std::string_view sql, const QuerySpec& spec) {
+    if (!settings_.track_prepared || spec.kind != QueryKind::kDeallocate || sql != spec.sql) return;
+    FUZZ_CHECK(!client_.statements.contains(std::string(spec.value)));
   }
   // A message the server skipped (after an error) or lost (inside COPY).
   void Skipped(uint8_t type, std::string_view body) {
@@ -1072,6 +1107,7 @@ class Harness {
         std::string_view sql;
         FUZZ_CHECK(reader.ReadCString(&sql));
         const QuerySpec& spec = Classify(sql);
+        CheckDeallocate(sql, spec);
         statements_.erase("");
         portals_.erase("");
         if (tx_ == 'E' && !EndsTransaction(spec.kind)) {
@@ -1087,6 +1123,7 @@ class Harness {
         std::string_view sql;
         FUZZ_CHECK(reader.ReadCString(&name) && reader.ReadCString(&sql));
         const QuerySpec& spec = Classify(sql);
+        if (name.empty()) CheckDeallocate(sql, spec);
         if ((tx_ == 'E' && !EndsTransaction(spec.kind)) || spec.kind == QueryKind::kBad) {
           ParseFailed(body);
           return ExtendedError(spec.kind == QueryKind::kBad ? "42601" : "25P02");
@@ -1146,6 +1183,9 @@ class Harness {
         auto it = portals_.find(std::string(portal_name));
         if (it == portals_.end()) return ExtendedError("34000");
         if (tx_ == 'E' && !EndsTransaction(it->second.kind)) return ExtendedError("25P02");
+        // PostgreSQL runs a utility statement's portal once: "portal cannot be run" after.
+        if (it->second.done) return ExtendedError("55000");
+        if (it->second.kind == QueryKind::kUnlisten) it->second.done = true;
         QuerySpec spec{"", it->second.kind, "c"};
         Portal portal = it->second;
         if (!RunStatement(spec, /*simple=*/false, &portal, static_cast<uint32_t>(max_rows))) {
@@ -1325,7 +1365,7 @@ class Harness {
           break;
         case Tag::kClient:
           // Only answers to pgfleet's own Parse (re-prepare) and Close (eviction) are kept back,
-          // and errors pgfleet replaces with the client's own.
+          // and errors (and DEALLOCATE's tag) pgfleet replaces with the client's own.
           if (!settings_.track_prepared || (m.type != '1' && m.type != '3' && !m.replaced)) {
             FUZZ_CHECK(m.passed == size);
           }
