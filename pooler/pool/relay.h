@@ -269,7 +269,9 @@ class Relay {
 
   // Prepared statements (relay_prepared.cc).
   enum class Rewrite { kPassThrough, kReplace, kNeedMore, kReject };
-  // Renames statements in Parse/Bind/Describe/Close. kReplace: `scratch_` holds bytes to send
+  // Renames statements in Parse/Bind/Describe/Close, and sends kDeallocateStandIn for a client's
+  // DEALLOCATE of one (a Query, or the unnamed statement's Parse and its portal's Execute); counts
+  // the answer each of those messages is owed (pending_). kReplace: `scratch_` holds bytes to send
   // instead of the message's first `*skip` bytes. kReject: `verdict` says why.
   Rewrite RewritePrepared(const protocol::StreamDecoder::Piece& piece, size_t* skip,
                           FrontendVerdict* verdict);

@@ -113,6 +113,19 @@ TEST(RelayDeallocateTest, DeallocateSkippedAfterAnErrorKeepsTheName) {
             Bind(Renamed("select 1")) + Execute() + Sync());
 }
 
+// DEALLOCATE is not transactional: an error after it in its batch leaves the name gone.
+TEST(RelayDeallocateTest, ErrorAfterADeallocateInItsBatchLeavesTheNameGone) {
+  Link link(/*track_prepared=*/true);
+  Prepare(link);
+  link.FromClient(ExtendedDeallocate("a") + Describe('P', "nope") + Sync());
+  EXPECT_EQ(link.FromServer(ParseComplete() + BindComplete() + NoData() +
+                            Complete(kDeallocateStandInTag) + Error("34000") + Ready('I')),
+            ParseComplete() + BindComplete() + NoData() + Complete("DEALLOCATE") + Error("34000") +
+                Ready('I'));
+  EXPECT_FALSE(link.client().statements.contains("a"));
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
 // In a failed transaction DEALLOCATE fails (25P02), and so does the stand-in in its place.
 TEST(RelayDeallocateTest, DeallocateInAFailedTransactionFailsAndKeepsTheName) {
   Link link(/*track_prepared=*/true);
