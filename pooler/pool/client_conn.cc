@@ -602,7 +602,9 @@ bool ClientConn::RelayToServer() {
     Close("write to client failed");
     return false;
   }
-  if (server->has_pending_output()) SetReadEnabled(false);
+  // Its next message waits for the server's answers (ServerConn::ProcessRelay feeds it again):
+  // read no more meanwhile.
+  if (server->has_pending_output() || server->relay().client_waits()) SetReadEnabled(false);
   // PostgreSQL ends a failed COPY FROM STDIN itself (ErrorResponse, ReadyForQuery) and drops the
   // rest of the stream: when its ReadyForQuery came first, the server waited for this CopyDone or
   // CopyFail and nothing else will release it.

@@ -132,6 +132,10 @@ struct Pending {
   // For a renamed Parse: the statement the server registers; for an eviction Close: the one it
   // drops.
   StatementPtr statement;
+  // For a renamed Parse: an earlier batch was undone after this Parse was sent, and left the
+  // statement on the server (its eviction Close was skipped): should this Parse be skipped too,
+  // the statement is there all the same (Relay::UndoFailedPipeline).
+  bool found_there = false;
   // For a client's Parse of a named statement: the client's name for it, and whether this Parse
   // gave the client that name (a Parse that fails, or is skipped after an error, frees it again,
   // as in PostgreSQL). The statement the name was given is `named`.

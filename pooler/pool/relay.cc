@@ -34,6 +34,7 @@ void Relay::AddHiddenQuery(protocol::ByteSink& to_server, std::string_view sql) 
 FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
                                   RelayOutput& to_server, protocol::ByteSink& to_client) {
   FrontendVerdict verdict;
+  client_waits_ = false;
   if (client_ == nullptr) return verdict;
   ClientStream& client = *client_;
   client.decoder.set_max_length(settings_.max_packet_size);
@@ -78,6 +79,10 @@ FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
       scratch_.mutable_bytes().clear();
       const Rewrite rewrite = RewritePrepared(piece, &skip, &verdict);
       if (rewrite == Rewrite::kNeedMore || rewrite == Rewrite::kReject) break;
+      if (rewrite == Rewrite::kWait) {
+        client_waits_ = true;
+        break;
+      }
       if (rewrite == Rewrite::kReplace && !scratch_.bytes().empty()) {
         const auto& bytes = scratch_.bytes();
         to_server.Insert({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
@@ -311,7 +316,7 @@ void Relay::UndoFailedPipeline() {
   while (!pending_.empty() && pending_.front().kind != PendingKind::kSync) {
     Pending skipped = std::move(pending_.front());
     pending_.pop_front();
-    const bool exists = std::exchange(head_exists, false);
+    const bool exists = std::exchange(head_exists, false) || skipped.found_there;
     if (skipped.named_here || skipped.unnamed_here) {
       Pending rename;
       rename.client_name = skipped.client_name;
@@ -327,12 +332,18 @@ void Relay::UndoFailedPipeline() {
     // A later batch already in flight that Parses or Closes it decides instead: the cache holds
     // what that batch makes of it (a Parse that finds the statement there fails with 42P05 and
     // puts it back, see 'E').
+    // Such a Parse was sent on the belief that this batch's Close took the statement away: if
+    // that Parse is skipped too, its batch's undo must know the statement stayed (found_there).
     const auto next_sync = std::find_if(pending_.begin(), pending_.end(), [](const Pending& p) {
       return p.kind == PendingKind::kSync;
     });
-    if (std::any_of(next_sync, pending_.end(), [&](const Pending& p) {
-          return p.statement.get() == skipped.statement.get();
-        })) {
+    const auto later = std::find_if(next_sync, pending_.end(), [&](const Pending& p) {
+      return p.statement.get() == skipped.statement.get();
+    });
+    if (later != pending_.end()) {
+      if (later->kind == PendingKind::kParse) {
+        later->found_there = skipped.kind == PendingKind::kClose || exists;
+      }
       continue;
     }
     if (skipped.kind == PendingKind::kParse && !exists) {
@@ -361,6 +372,18 @@ bool Relay::ParsedAgainInFlight(std::string_view name) const {
   return std::any_of(next_sync, pending_.end(), [&](const Pending& p) {
     return p.kind == PendingKind::kParse && p.client_name == name;
   });
+}
+
+bool Relay::NameUnsettled(std::string_view name) const {
+  // Answers of a batch that a Sync ended come; those of the batch the client is still sending
+  // may not (PostgreSQL sends them at its Sync or a Flush), but PostgreSQL judges a message by
+  // the ones before it in the same batch just as pgfleet does: only earlier batches count.
+  bool touched = false;
+  for (const Pending& p : pending_) {
+    if (p.kind == PendingKind::kSync && touched) return true;
+    touched = touched || ((p.named_here || p.unnamed_here) && p.client_name == name);
+  }
+  return false;
 }
 
 void Relay::RestoreSkippedName(const Pending& close) {

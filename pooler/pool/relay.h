@@ -144,8 +144,14 @@ class Relay {
   explicit Relay(const RelaySettings& settings);
 
   // The client whose stream this server carries, or nullptr.
-  void Link(ClientStream* client) { client_ = client; }
-  void Unlink() { client_ = nullptr; }
+  void Link(ClientStream* client) {
+    client_ = client;
+    client_waits_ = false;
+  }
+  void Unlink() {
+    client_ = nullptr;
+    client_waits_ = false;
+  }
   ClientStream* client() const { return client_; }
 
   // Client -> server: decides the front of `data`. What the server gets goes to `to_server`;
@@ -176,6 +182,12 @@ class Relay {
   }
   bool query_in_progress() const { return !rfq_owed_.empty(); }
   bool hidden_in_flight() const { return hidden_rfq_ > 0; }
+  // The last FromClient stopped before a message whose meaning depends on answers the server
+  // still owes: a Parse of a statement name that a Parse, Close or DEALLOCATE of an earlier batch
+  // in flight gives or takes (PostgreSQL answers 42P05 or ParseComplete as that one went). The
+  // shell holds the rest of the client's input, reads no more, and feeds it again after the
+  // server's next answers (FromServer). A Sync ends that earlier batch, so its answer comes.
+  bool client_waits() const { return client_waits_; }
   absl::Time query_started_at() const { return query_started_at_; }
   // A statement-mode client opened a transaction block: nothing is in flight and it is still open.
   bool TransactionLeftOpen() const {
@@ -236,6 +248,9 @@ class Relay {
   void ForgetFailedName(const Pending& parse);
   // A skipped Close or DEALLOCATE took the client's name away: it has it again.
   void RestoreSkippedName(const Pending& close);
+  // Whether a Parse, Close or DEALLOCATE of an earlier batch still unanswered gives or takes the
+  // client's `name` (see client_waits).
+  bool NameUnsettled(std::string_view name) const;
   // Whether a batch after the next Sync in flight Parses the client's `name`.
   bool ParsedAgainInFlight(std::string_view name) const;
   // Returns false when the backend message must not reach the client.
@@ -268,7 +283,7 @@ class Relay {
   void ApplySessionEffect(const sql::Effect& effect);
 
   // Prepared statements (relay_prepared.cc).
-  enum class Rewrite { kPassThrough, kReplace, kNeedMore, kReject };
+  enum class Rewrite { kPassThrough, kReplace, kNeedMore, kWait, kReject };
   // Renames statements in Parse/Bind/Describe/Close, and sends kDeallocateStandIn for a client's
   // DEALLOCATE of one (a Query, or the unnamed statement's Parse and its portal's Execute); counts
   // the answer each of those messages is owed (pending_). kReplace: `scratch_` holds bytes to send
@@ -312,6 +327,7 @@ class Relay {
   bool maybe_syncs_ = false;      // kMaybeSync entries wait for their COPY's end
   bool maybe_copy_sync_ = false;  // that COPY's batch answer goes to them or the next (kCopySync)
   int hidden_rfq_ = 0;            // ReadyForQuery owed for pgfleet's own queries
+  bool client_waits_ = false;
   char tx_status_ = 'I';
   absl::Time query_started_at_;
   protocol::StreamDecoder backend_;

@@ -180,6 +180,8 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
         client_->unnamed_deallocates = std::move(deallocated);
         return Rewrite::kReplace;
       }
+      // Whether the name is taken yet depends on an earlier batch's answer: wait for it.
+      if (NameUnsettled(name)) return Rewrite::kWait;
       const auto tail = reader.Rest();
       auto& registry = *settings_.statements;
       StatementPtr statement = registry.Intern(

@@ -455,6 +455,13 @@ void ServerConn::ProcessRelay() {
     SetReadEnabled(false);
   }
   AfterRelayChunk();
+  // The client's input waited for answers (Relay::client_waits): these may be them. Released
+  // instead, the server left it to the client (ClientConn::OnServerReleased).
+  if (!closed() && client != nullptr && client_ == client && relay_.client_waits() &&
+      !client->closed()) {
+    client->SetReadEnabled(true);
+    client->RelayToServer();
+  }
 }
 
 void ServerConn::AfterRelayChunk() {

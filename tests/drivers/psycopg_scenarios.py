@@ -135,6 +135,46 @@ def pair(n):
     return distinct(n, "p"), (100,)
 
 
+def reparse_after_a_failed_parse_in_a_pipeline(dsn):
+    """libpq's pipeline, written at once: PQsendPrepare of a name with a syntax error, Sync; the
+    same name for a fixed query, Sync; an execution of it, Sync; the name again, Sync. The second
+    Parse finds the name free (the first failed), the last 42P05: as PostgreSQL answers, which
+    pgfleet can tell only once the first Parse's answer came."""
+    from psycopg import pq
+
+    seen = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pgconn = conn.pgconn
+        pgconn.enter_pipeline_mode()
+        pgconn.send_prepare(b"s1", b"selec 1")
+        pgconn.pipeline_sync()
+        pgconn.send_prepare(b"s1", b"select 1 + $1::int")
+        pgconn.pipeline_sync()
+        pgconn.send_query_prepared(b"s1", [b"41"])
+        pgconn.pipeline_sync()
+        pgconn.send_prepare(b"s1", b"select 2")
+        pgconn.pipeline_sync()
+        pgconn.flush()
+        syncs = 0
+        for _ in range(100):  # each query's results end with None; each Sync has its own
+            if syncs == 4:
+                break
+            result = pgconn.get_result()
+            if result is None:
+                continue
+            status = pq.ExecStatus(result.status).name
+            if status == "PIPELINE_SYNC":
+                syncs += 1
+                continue
+            sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE)
+            value = result.get_value(0, 0) if result.ntuples else None
+            seen.append([status, sqlstate and sqlstate.decode(), value and value.decode()])
+        seen.append(["syncs", syncs])
+        pgconn.exit_pipeline_mode()
+        seen.append(outcome(lambda: conn.execute("select 43").fetchone()[0]))
+    return seen
+
+
 # ---- DEALLOCATE ALL / DISCARD ALL inside a transaction ----
 
 def cache_maintenance(dsn, statement):
@@ -219,6 +259,7 @@ SCENARIOS = {fn.__name__: fn for fn in [
     eviction_in_pipeline_in_transaction,
     eviction_in_pipeline_autocommit,
     close_after_an_error_in_pipeline,
+    reparse_after_a_failed_parse_in_a_pipeline,
     deallocate_all_in_transaction,
     discard_all_in_transaction,
     error_on_first_statement_of_pipeline,

@@ -48,6 +48,15 @@ def test_skipped_eviction_after_an_error_in_a_pipeline(pg, pgfleet, driver):
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
+def test_reparse_after_a_failed_parse_in_a_pipeline(pg, pgfleet, driver):
+    """A name whose Parse failed, prepared again in the next batch of the same pipeline write:
+    free, as PostgreSQL says (pgfleet waits for the first answer before it decides)."""
+    direct = compare(pg, pgfleet(pool_size=2), driver,
+                     "reparse_after_a_failed_parse_in_a_pipeline")
+    assert ["TUPLES_OK", None, "42"] in direct and ["syncs", 4] in direct, direct
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("scenario",
                          ["deallocate_all_in_transaction", "discard_all_in_transaction"])
 def test_cache_maintenance_inside_a_transaction(pg, pgfleet, driver, scenario):

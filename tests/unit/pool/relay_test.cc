@@ -486,6 +486,23 @@ TEST(RelayTest, ReParseRacingASkippedEvictionCloseFailsOnceThenTheStatementIsKno
             Bind(Renamed("select 1")) + Execute() + Sync());
 }
 
+// The same race, with the later batch skipped too (an error before its re-Parse): the statement
+// was on the server all along, and stays known there.
+TEST(RelayTest, ReParseSkippedAfterASkippedEvictionCloseLeavesTheStatementKnown) {
+  Link link(/*track_prepared=*/true);  // max_prepared_statements = 2
+  link.FromClient(Parse("a", "select 1") + Parse("b", "begin") + Sync());
+  link.FromServer(ParseComplete() + ParseComplete() + Ready('I'));
+  link.FromClient(Describe('P', "p") + Parse("c", "rollback") + Sync());
+  EXPECT_EQ(link.FromClient(Describe('P', "p") + Bind("a") + Execute() + Sync()),
+            Describe('P', "p") + Close('S', Renamed("begin")) +
+                Parse(Renamed("select 1"), "select 1") + Bind(Renamed("select 1")) + Execute() +
+                Sync());
+  link.FromServer(Error("34000") + Ready('I') + Error("34000") + Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+  EXPECT_EQ(link.FromClient(Bind("a") + Execute() + Sync()),
+            Bind(Renamed("select 1")) + Execute() + Sync());
+}
+
 TEST(RelayTest, EvictionFollowsUseNotPreparationOrder) {
   Link link(/*track_prepared=*/true);  // max_prepared_statements = 2
   link.FromClient(Parse("a", "select 1") + Parse("b", "select 2") + Sync());
@@ -624,15 +641,56 @@ TEST(RelayTest, AFailedParseLeavesItsNameFree) {
   EXPECT_TRUE(link.client().statements.contains("a"));
 }
 
-// A batch pipelined behind the failing one Parses the name again (answered by pgfleet: the relay
-// took the first Parse as done): the client was told ParseComplete for it, so it keeps the name.
-TEST(RelayTest, AFailedParseLeavesItsNameToTheNextParseInFlight) {
+// A batch pipelined behind one whose Parse of the same name has not been answered: whether the
+// name is free depends on that answer, so the relay waits for it (Relay::client_waits) and then
+// judges the Parse as PostgreSQL does. Here the first failed: the name is free, the same query
+// fails again.
+TEST(RelayTest, ParseOfANameAnEarlierBatchInFlightGivesWaitsForItsAnswer) {
   Link link(/*track_prepared=*/true);
   link.FromClient(Parse("a", "selec 1") + Sync());
-  EXPECT_EQ(link.FromClient(Parse("a", "selec 1") + Sync()), Sync());
-  EXPECT_EQ(link.FromServer(Error("42601") + Ready('I') + Ready('I')),
-            Error("42601") + Ready('I') + ParseComplete() + Ready('I'));
-  EXPECT_TRUE(link.client().statements.contains("a"));
+  EXPECT_EQ(link.FromClient(Parse("a", "selec 1") + Sync()), "");
+  EXPECT_TRUE(link.relay().client_waits());
+  EXPECT_EQ(link.FromServer(Error("42601") + Ready('I')), Error("42601") + Ready('I'));
+  EXPECT_FALSE(link.relay().client_waits());
+  EXPECT_EQ(link.TakeResumedToServer(), Parse(Renamed("selec 1"), "selec 1") + Sync());
+  EXPECT_EQ(link.FromServer(Error("42601") + Ready('I')), Error("42601") + Ready('I'));
+  EXPECT_FALSE(link.client().statements.contains("a"));
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+// The issue-19 case: a failed Parse, then (after its Sync, in the same write) the name for the
+// fixed query. PostgreSQL answers ParseComplete: the name was free. Not 42P05.
+TEST(RelayTest, ReParseOfANameWhoseParseFailedInAnEarlierBatchInFlightSucceeds) {
+  Link link(/*track_prepared=*/true);
+  EXPECT_EQ(link.FromClient(Parse("a", "selec 1") + Sync() + Parse("a", "select 1") + Bind("a") +
+                            Execute() + Sync()),
+            Parse(Renamed("selec 1"), "selec 1") + Sync());
+  EXPECT_EQ(link.FromServer(Error("42601") + Ready('I')), Error("42601") + Ready('I'));
+  EXPECT_EQ(link.TakeResumedToServer(), Parse(Renamed("select 1"), "select 1") +
+                                            Bind(Renamed("select 1")) + Execute() + Sync());
+  const std::string answer = ParseComplete() + BindComplete() + Complete("SELECT 1") + Ready('I');
+  EXPECT_EQ(link.FromServer(answer), answer);
+  ASSERT_TRUE(link.client().statements.contains("a"));
+  EXPECT_EQ(link.client().statements.at("a")->server_name, Renamed("select 1"));
+
+  // Had the first succeeded, the second is PostgreSQL's 42P05, in its turn.
+  link.FromClient(Parse("b", "select 2") + Sync() + Parse("b", "select 3") + Sync());
+  EXPECT_TRUE(link.relay().client_waits());
+  EXPECT_EQ(link.FromServer(ParseComplete() + Ready('I')), ParseComplete() + Ready('I'));
+  EXPECT_EQ(link.TakeResumedToServer(), Describe('S', kMissingStatementName) + Sync());
+  EXPECT_EQ(link.FromServer(Error("26000") + Ready('I')),
+            ClientError("42P05", "prepared statement \"b\" already exists") + Ready('I'));
+  EXPECT_TRUE(link.relay().IsReleasable());
+}
+
+// In one batch PostgreSQL judges a Parse by the messages before it: no waiting there.
+TEST(RelayTest, ReParseInTheSameBatchIsJudgedAtOnce) {
+  Link link(/*track_prepared=*/true);
+  EXPECT_EQ(link.FromClient(Parse("a", "selec 1") + Parse("a", "select 1") + Sync()),
+            Parse(Renamed("selec 1"), "selec 1") + Describe('S', kMissingStatementName) + Sync());
+  EXPECT_FALSE(link.relay().client_waits());
+  EXPECT_EQ(link.FromServer(Error("42601") + Ready('I')), Error("42601") + Ready('I'));
+  EXPECT_FALSE(link.client().statements.contains("a"));
 }
 
 TEST(RelayTest, MalformedFramesAreProtocolViolations) {

@@ -148,8 +148,12 @@ class Link {
     EXPECT_FALSE(verdict.protocol_error);
     server_pending_.erase(0, verdict.consumed);
     client_got_ += to_client.out();
+    // As ServerConn does: the client's input that waited for these answers is fed again.
+    if (relay_.client_waits()) resumed_to_server_ += FromClient("");
     return to_client.out();
   }
+  // What the server got when the client's waiting input was fed again (and since the last call).
+  std::string TakeResumedToServer() { return std::exchange(resumed_to_server_, {}); }
   // Stand-in answers sent to the client while it sent (and everything since the last call).
   std::string TakeClientAnswers() { return std::exchange(client_got_, {}); }
 
@@ -180,6 +184,7 @@ class Link {
   std::string client_pending_;
   std::string server_pending_;
   std::string client_got_;
+  std::string resumed_to_server_;
 };
 
 }  // namespace pgfleet::pool::relay_testing
