@@ -249,7 +249,8 @@ void ListenHub::OnReady() {
       }
       answers_.emplace_back(listener, answer.bytes());
     }
-    if (channels_.empty() && has_server_) Send("UNLISTEN *", "", false);
+    // Every other channel the server listened on was UNLISTENed as its last listener left: with
+    // none left, it listens on nothing and TakeServerBack may return it.
     return;
   }
   channel.confirmed = true;
