@@ -91,6 +91,10 @@ class ListenHub {
   void ApplyUnlistened(NotificationListener* listener, const std::vector<std::string>& unlistened);
 
   bool Listens(const NotificationListener* listener, std::string_view channel) const;
+  // Whether `listener` listens on (or waits to listen on) any channel.
+  bool HasChannels(const NotificationListener* listener) const {
+    return by_listener_.contains(const_cast<NotificationListener*>(listener));
+  }
   // Clients with at least one channel, answered or waiting (SHOW POOLS cl_listening).
   size_t listener_count() const { return by_listener_.size(); }
   size_t channel_count() const { return channels_.size(); }

@@ -703,7 +703,11 @@ void Pool::Maintain(absl::Time now) {
   // Idle clients.
   if (pc.client_idle_timeout > absl::ZeroDuration()) {
     for (ClientConn* c : clients_.In({ClientState::kIdle})) {
-      if (now - c->last_activity_at() > pc.client_idle_timeout) expired.push_back(c);
+      // A client listening through the hub waits for notifications: it is no more idle than
+      // one whose LISTEN pinned its server (kActive) was before the hub.
+      if (now - c->last_activity_at() > pc.client_idle_timeout && !hub_.HasChannels(c)) {
+        expired.push_back(c);
+      }
     }
     for (ClientConn* c : expired) {
       c->Fatal(protocol::sqlstate::kIdleSessionTimeout, "client_idle_timeout");
