@@ -555,6 +555,7 @@ bool ClientConn::AnswerListen() {
   in_.ReleaseIfEmpty();
   ListenHub& hub = pool_->listen_hub();
   protocol::StringSink answer;
+  answer.Append(request.prefix);  // the extended protocol's answers before the statement's
   switch (request.kind) {
     case IdleListen::Kind::kListen:
       if (!hub.Listen(this, request.channel, answer)) {

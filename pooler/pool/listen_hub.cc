@@ -12,19 +12,12 @@
 
 namespace pgfleet::pool {
 
-IdleListen ReadIdleListen(const ClientStream& client, std::span<const uint8_t> data,
-                          uint32_t max_packet_size) {
+namespace {
+
+// The hub's statement in `text`, or kNone.
+IdleListen ClassifyListen(std::string_view text) {
   IdleListen out;
-  if (client.mid_message() || client.cancelled_rest != CancelledRest::kNone) return out;
-  protocol::StreamDecoder::Piece piece;
-  if (protocol::StreamDecoder::PeekWhole(data, max_packet_size, &piece) !=
-          protocol::FrameResult::kMessage ||
-      piece.header.type != 'Q') {
-    return out;
-  }
-  protocol::Reader reader(piece.body());
-  std::string_view text;
-  if (!reader.ReadCString(&text) || !sql::StartsWithListenVerb(text)) return out;
+  if (!sql::StartsWithListenVerb(text)) return out;
   sql::Classification classified = sql::Classify(text);
   if (!classified.parsed || classified.statements != 1 || classified.effects.size() != 1) {
     return out;
@@ -44,7 +37,105 @@ IdleListen ReadIdleListen(const ClientStream& client, std::span<const uint8_t> d
       return out;
   }
   out.channel = std::move(effect.name);
-  out.consumed = piece.header.total_size();
+  return out;
+}
+
+// Parse (unnamed, no parameter types), Bind (unnamed portal and statement, no parameters), an
+// optional Describe of either, Execute (unnamed portal), Sync: the statement's text in `*text`,
+// the answers before its own in `prefix`. Returns the bytes, 0 when `data` is anything else.
+size_t ReadExtendedStatement(std::span<const uint8_t> data, uint32_t max_packet_size,
+                             std::string_view* text, protocol::ByteSink& prefix) {
+  size_t pos = 0;
+  for (char expected : {'P', 'B', 'D', 'E', 'S'}) {
+    protocol::StreamDecoder::Piece piece;
+    if (protocol::StreamDecoder::PeekWhole(data.subspan(pos), max_packet_size, &piece) !=
+        protocol::FrameResult::kMessage) {
+      return 0;
+    }
+    const uint8_t type = piece.header.type;
+    if (expected == 'D' && type != 'D') continue;  // Describe is optional
+    if (type != expected) return 0;
+    protocol::Reader reader(piece.body());
+    std::string_view name;
+    switch (type) {
+      case 'P': {
+        int16_t types = 0;
+        if (!reader.ReadCString(&name) || !name.empty() || !reader.ReadCString(text) ||
+            !reader.ReadInt16(&types) || types != 0) {
+          return 0;
+        }
+        protocol::BuildParseComplete(prefix);
+        break;
+      }
+      case 'B': {
+        std::string_view statement;
+        int16_t formats = 0;
+        int16_t params = 0;
+        std::span<const uint8_t> skipped;
+        if (!reader.ReadCString(&name) || !name.empty() || !reader.ReadCString(&statement) ||
+            !statement.empty() || !reader.ReadInt16(&formats) || formats < 0 ||
+            !reader.ReadBytes(2 * static_cast<size_t>(formats), &skipped) ||
+            !reader.ReadInt16(&params) || params != 0) {
+          return 0;
+        }
+        protocol::BuildBindComplete(prefix);
+        break;
+      }
+      case 'D': {
+        uint8_t kind = 0;
+        if (!reader.ReadByte(&kind) || !reader.ReadCString(&name) || !name.empty()) return 0;
+        // A utility statement has no parameters and returns no rows.
+        if (kind == 'S') protocol::BuildParameterDescription(prefix, {});
+        protocol::BuildNoData(prefix);
+        break;
+      }
+      case 'E':
+        if (!reader.ReadCString(&name) || !name.empty()) return 0;
+        break;
+      default:  // 'S'
+        break;
+    }
+    pos += piece.header.total_size();
+  }
+  return pos;
+}
+
+}  // namespace
+
+IdleListen ReadIdleListen(ClientStream& client, std::span<const uint8_t> data,
+                          uint32_t max_packet_size) {
+  if (client.mid_message() || client.cancelled_rest != CancelledRest::kNone || data.empty()) {
+    return {};
+  }
+  if (data[0] == 'Q') {
+    protocol::StreamDecoder::Piece piece;
+    if (protocol::StreamDecoder::PeekWhole(data, max_packet_size, &piece) !=
+        protocol::FrameResult::kMessage) {
+      return {};
+    }
+    protocol::Reader reader(piece.body());
+    std::string_view text;
+    if (!reader.ReadCString(&text)) return {};
+    IdleListen out = ClassifyListen(text);
+    if (out.kind != IdleListen::Kind::kNone) out.consumed = piece.header.total_size();
+    return out;
+  }
+  if (data[0] != 'P') return {};
+  // A statement is a few hundred bytes at most; anything longer is something else.
+  constexpr size_t kMaxBatch = 4096;
+  data = data.first(std::min(data.size(), kMaxBatch));
+  std::string_view text;
+  protocol::StringSink prefix;
+  const size_t consumed = ReadExtendedStatement(data, max_packet_size, &text, prefix);
+  if (consumed == 0) return {};
+  IdleListen out = ClassifyListen(text);
+  if (out.kind == IdleListen::Kind::kNone) return out;
+  out.consumed = consumed;
+  out.prefix = std::move(prefix.mutable_bytes());
+  // The client's unnamed statement and portal are this one now, which changes no session.
+  client.statement_effects.erase(std::string());
+  client.portal_effects.clear();
+  client.unnamed_refused = false;
   return out;
 }
 

@@ -42,14 +42,20 @@ struct IdleListen {
   enum class Kind : uint8_t { kNone, kListen, kUnlisten, kUnlistenAll };
   Kind kind = Kind::kNone;
   std::string channel;  // kListen, kUnlisten: as PostgreSQL's parser gives it (case-folded)
-  size_t consumed = 0;  // the bytes of the Query message
+  size_t consumed = 0;  // the bytes of the Query message, or of Parse through Sync
+  // The extended protocol's answers before the statement's own (ParseComplete, BindComplete,
+  // what Describe gets); empty for a simple Query. Sent first, whatever the statement's answer.
+  std::string prefix;
 };
 
-// kNone unless `data` starts with a whole simple Query whose text is exactly one LISTEN,
-// UNLISTEN or UNLISTEN * statement (PostgreSQL's parser says so) and `client` is between
-// messages. Every other form (inside a transaction block, the extended protocol, with other
-// statements in one Query) goes to a server as before, and pins it.
-IdleListen ReadIdleListen(const ClientStream& client, std::span<const uint8_t> data,
+// kNone unless `data` starts with exactly one LISTEN, UNLISTEN or UNLISTEN * statement
+// (PostgreSQL's parser says so) from a client between messages: a whole simple Query of only
+// that, or the extended protocol's unnamed statement without parameters as drivers send a
+// statement (Parse, Bind, an optional Describe, Execute, Sync: psycopg 3, pgjdbc). In the
+// extended case the client's unnamed statement is that statement now (its session bookkeeping is
+// updated). Every other form (inside a transaction block, with other statements, pipelined
+// batches) goes to a server as before, and pins it.
+IdleListen ReadIdleListen(ClientStream& client, std::span<const uint8_t> data,
                           uint32_t max_packet_size);
 // What PostgreSQL answers an idle client's LISTEN/UNLISTEN with: CommandComplete and
 // ReadyForQuery 'I'.

@@ -401,6 +401,19 @@ TEST_F(SessionStateTest, UnlistenAndDisconnectStopDeliveryAndTheHubServerGoesBac
   ASSERT_NE(NextNotify(b, std::chrono::seconds(1)), nullptr);
   EXPECT_EQ(NextNotify(a, std::chrono::milliseconds(200)), nullptr);
 
+  // The extended protocol's unnamed statement (psycopg 3, pgjdbc) goes to the hub too.
+  ResultPtr extended(PQexecParams(a.get(), "LISTEN ext", 0, nullptr, nullptr, nullptr, nullptr, 0));
+  ASSERT_TRUE(ResultOk(extended)) << ErrorOf(a);
+  EXPECT_EQ(PoolColumn(fleet, "cl_listening"), 2);
+  Run(notifier, "NOTIFY ext, 'e'");
+  NotifyPtr ext = NextNotify(a, std::chrono::seconds(1));
+  ASSERT_NE(ext, nullptr);
+  EXPECT_STREQ(ext->extra, "e");
+  extended.reset(PQexecParams(a.get(), "UNLISTEN ext", 0, nullptr, nullptr, nullptr, nullptr, 0));
+  ASSERT_TRUE(ResultOk(extended)) << ErrorOf(a);
+  EXPECT_EQ(PinnedServers(fleet), 0);
+  EXPECT_EQ(PoolColumn(fleet, "cl_listening"), 1);
+
   // The last listener leaves: the hub's server UNLISTENs and serves transactions again.
   b.reset();
   EXPECT_EQ(

@@ -54,7 +54,7 @@ class FakeListener final : public NotificationListener {
   std::vector<std::string> notifications;
 };
 
-IdleListen Read(std::string_view bytes) {
+IdleListen Read(const std::string& bytes) {
   ClientStream client(1u << 20, 0);
   return ReadIdleListen(client, AsBytes(bytes), 1u << 20);
 }
@@ -89,6 +89,65 @@ TEST(ReadIdleListenTest, EveryOtherFormGoesToAServer) {
   ASSERT_TRUE(mid.mid_message());
   EXPECT_EQ(ReadIdleListen(mid, AsBytes(Query("LISTEN a")), 1u << 20).kind,
             IdleListen::Kind::kNone);
+}
+
+// What psycopg 3 and pgjdbc send for a statement without parameters.
+std::string Extended(std::string_view sql, char describe = 'P') {
+  return Build([&](StringSink& s) {
+    protocol::BuildParse(s, "", sql, {});
+    protocol::BuildBindText(s, "", "", {});
+    if (describe != 0) protocol::BuildDescribe(s, describe, "");
+    protocol::BuildExecute(s, "", 0);
+    protocol::BuildSync(s);
+  });
+}
+
+TEST(ReadIdleListenTest, TheUnnamedStatementOfTheExtendedProtocolToo) {
+  ClientStream client(1u << 20, 0);
+  client.statement_effects[""] = {sql::Effect{sql::EffectKind::kPrepare, "p", "", ""}};
+  client.unnamed_refused = true;
+  const std::string batch = Extended("LISTEN Jobs");
+  IdleListen listen = ReadIdleListen(client, AsBytes(batch + Query("SELECT 1")), 1u << 20);
+  EXPECT_EQ(listen.kind, IdleListen::Kind::kListen);
+  EXPECT_EQ(listen.channel, "jobs");
+  EXPECT_EQ(listen.consumed, batch.size());
+  EXPECT_EQ(listen.prefix, Build([](StringSink& s) {
+              protocol::BuildParseComplete(s);
+              protocol::BuildBindComplete(s);
+              protocol::BuildNoData(s);
+            }));
+  // The unnamed statement is the LISTEN now, not what the client had before.
+  EXPECT_TRUE(client.statement_effects.empty());
+  EXPECT_FALSE(client.unnamed_refused);
+  EXPECT_EQ(Read(Extended("UNLISTEN *", 0)).prefix, Build([](StringSink& s) {
+              protocol::BuildParseComplete(s);
+              protocol::BuildBindComplete(s);
+            }));
+  EXPECT_EQ(Read(Extended("UNLISTEN a", 'S')).prefix, Build([](StringSink& s) {
+              protocol::BuildParseComplete(s);
+              protocol::BuildBindComplete(s);
+              protocol::BuildParameterDescription(s, {});
+              protocol::BuildNoData(s);
+            }));
+  // Named statements, parameters, a batch without its Sync, or other statements: a server's.
+  const std::string named = Build([](StringSink& s) {
+    protocol::BuildParse(s, "s1", "LISTEN a", {});
+    protocol::BuildBindText(s, "", "s1", {});
+    protocol::BuildExecute(s, "", 0);
+    protocol::BuildSync(s);
+  });
+  const std::string_view one[] = {"x"};
+  const std::string with_params = Build([&](StringSink& s) {
+    protocol::BuildParse(s, "", "LISTEN a", {});
+    protocol::BuildBindText(s, "", "", one);
+    protocol::BuildExecute(s, "", 0);
+    protocol::BuildSync(s);
+  });
+  const std::string unsynced = Extended("LISTEN a");
+  for (const std::string& bytes : {named, with_params, unsynced.substr(0, unsynced.size() - 5),
+                                   Extended("SELECT 1"), Extended("LISTEN a; SELECT 1")}) {
+    EXPECT_EQ(Read(bytes).kind, IdleListen::Kind::kNone);
+  }
 }
 
 TEST(ReadIdleListenTest, AnswersAsPostgreSQLDoes) {
