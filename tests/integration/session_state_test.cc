@@ -444,6 +444,42 @@ TEST_F(SessionStateTest, UnlistenAndDisconnectStopDeliveryAndTheHubServerGoesBac
   ASSERT_TRUE(WaitForPinned(fleet, 0));
 }
 
+TEST_F(SessionStateTest, TheHubListensAgainOnANewServerWhenItsServerDies) {
+  PgfleetProcess fleet(Config());
+  auto a = Client(fleet);
+  auto notifier = Client(fleet);
+  Run(a, "LISTEN jobs");
+  // SHOW SERVERS shows the hub's server as listening, and PostgreSQL as the LISTEN it ran.
+  {
+    ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+    int listening = 0;
+    for (const Row& row : RowsOf(Exec(admin, "SHOW SERVERS"))) {
+      if (row.at("state") == "listening") ++listening;
+    }
+    EXPECT_EQ(listening, 1);
+  }
+  const std::string hub_pid = pg().QueryValue(
+      "SELECT pid FROM pg_stat_activity WHERE query = 'LISTEN \"jobs\"' AND state = 'idle'");
+  ASSERT_FALSE(hub_pid.empty());
+  ASSERT_EQ(pg().QueryValue("SELECT pg_terminate_backend(" + hub_pid + ")"), "t");
+  // Another server takes over and LISTENs again (the notifications in between are lost).
+  const std::string new_pid = WaitFor(
+      [&] {
+        return pg().QueryValue(
+            "SELECT coalesce(max(pid)::text, '') FROM pg_stat_activity WHERE query = "
+            "'LISTEN \"jobs\"' AND state = 'idle' AND pid <> " +
+            hub_pid);
+      },
+      [](const std::string& pid) { return !pid.empty(); });
+  ASSERT_FALSE(new_pid.empty());
+  EXPECT_EQ(PoolColumn(fleet, "sv_listening"), 1);
+  Run(notifier, "NOTIFY jobs, 'again'");
+  NotifyPtr again = NextNotify(a, std::chrono::seconds(1));
+  ASSERT_NE(again, nullptr);
+  EXPECT_STREQ(again->extra, "again");
+  EXPECT_EQ(Value(a, "SELECT 1"), "1");  // the listener never noticed
+}
+
 TEST_F(SessionStateTest, RefuseAnswersSessionStatementsWithAnErrorAndPassRelaysThem) {
   {
     PgfleetProcess fleet(Config("  session_state: refuse\n"));
