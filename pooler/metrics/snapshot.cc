@@ -364,6 +364,9 @@ void WorkerStatsSource::FillConnections(peering::v1::WorkerStats* out) {
       info->set_application_name(std::string(c.params().Get(static_cast<size_t>(app_slot))));
     }
     info->set_pinned(c.session().DescribePins());
+    if (c.pool() != nullptr) {
+      info->set_listening(static_cast<uint32_t>(c.pool()->listen_hub().ChannelCount(&c)));
+    }
   };
   registry_.ForEachWorkerClient(add_client);
   for (const auto& [key, pool] : registry_.pools()) {

@@ -97,9 +97,13 @@ class ListenHub {
   void ApplyUnlistened(NotificationListener* listener, const std::vector<std::string>& unlistened);
 
   bool Listens(const NotificationListener* listener, std::string_view channel) const;
-  // Whether `listener` listens on (or waits to listen on) any channel.
+  // Whether `listener` listens on (or waits to listen on) any channel, and on how many.
   bool HasChannels(const NotificationListener* listener) const {
     return by_listener_.contains(const_cast<NotificationListener*>(listener));
+  }
+  size_t ChannelCount(const NotificationListener* listener) const {
+    auto it = by_listener_.find(const_cast<NotificationListener*>(listener));
+    return it == by_listener_.end() ? 0 : it->second.size();
   }
   // Clients with at least one channel, answered or waiting (SHOW POOLS cl_listening).
   size_t listener_count() const { return by_listener_.size(); }

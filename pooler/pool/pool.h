@@ -93,6 +93,7 @@ class Pool {
   // statement pooling) instead of pinning a server each.
   bool listen_hub_enabled() const { return relay_settings_.session == SessionTracking::kTrack; }
   ListenHub& listen_hub() { return hub_; }
+  const ListenHub& listen_hub() const { return hub_; }
   // After every change to the hub: sends what it wrote to its server, gives its server back when
   // nobody listens, asks for one when it needs one, and hands out LISTEN answers that waited.
   void SettleHub();

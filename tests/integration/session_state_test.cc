@@ -319,6 +319,15 @@ TEST_F(SessionStateTest, ListenersOnTwoWorkersGetAnotherClientsNotifyWithinASeco
   EXPECT_EQ(
       WaitFor([&] { return PoolColumn(fleet, "sv_listening"); }, [](int n) { return n == 2; }), 2);
   EXPECT_EQ(PoolColumn(fleet, "cl_listening"), 4);
+  // SHOW CLIENTS: channels per client through the hub (jobs x3, the quoted one, other).
+  {
+    ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+    int channels = 0;
+    for (const Row& row : RowsOf(Exec(admin, "SHOW CLIENTS"))) {
+      channels += std::stoi(row.at("listening"));
+    }
+    EXPECT_EQ(channels, 5);
+  }
   EXPECT_EQ(PinnedServers(fleet), 0);
   EXPECT_TRUE(PinReasons(fleet).empty());
 
