@@ -547,10 +547,15 @@ void ClientConn::HandleLoggedInData() {
 }
 
 bool ClientConn::AnswerListen() {
-  if (!pool_->listen_hub_enabled()) return false;
+  // A reload may have turned session_state off the hub: a client that still listens through it
+  // can still UNLISTEN there (its LISTEN goes to a server as the new setting says).
+  if (!pool_->listen_hub_enabled() && !pool_->listen_hub().HasChannels(this)) return false;
   IdleListen request = ReadIdleListen(
       stream_, in_.Readable(), static_cast<uint32_t>(context_.config().pool.max_packet_size));
-  if (request.kind == IdleListen::Kind::kNone) return false;
+  if (request.kind == IdleListen::Kind::kNone ||
+      (request.kind == IdleListen::Kind::kListen && !pool_->listen_hub_enabled())) {
+    return false;
+  }
   in_.Consume(request.consumed);
   in_.ReleaseIfEmpty();
   ListenHub& hub = pool_->listen_hub();
