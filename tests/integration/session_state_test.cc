@@ -489,6 +489,34 @@ TEST_F(SessionStateTest, TheHubListensAgainOnANewServerWhenItsServerDies) {
   EXPECT_EQ(Value(a, "SELECT 1"), "1");  // the listener never noticed
 }
 
+TEST_F(SessionStateTest, APipelinedQueryWaitsBehindAListenThatWaitsForTheHubsServer) {
+  PgfleetProcess fleet(Config());
+  auto a = Client(fleet);
+  auto notifier = Client(fleet);
+  // The pool's first LISTEN: its answer waits for the hub's server; the query pipelined behind it
+  // is answered after it, in order.
+  ASSERT_EQ(PQenterPipelineMode(a.get()), 1);
+  ASSERT_EQ(PQsendQueryParams(a.get(), "LISTEN piped", 0, nullptr, nullptr, nullptr, nullptr, 0),
+            1);
+  ASSERT_EQ(PQpipelineSync(a.get()), 1);
+  ASSERT_EQ(PQsendQueryParams(a.get(), "SELECT 42", 0, nullptr, nullptr, nullptr, nullptr, 0), 1);
+  ASSERT_EQ(PQpipelineSync(a.get()), 1);
+  const ExecStatusType expected[] = {PGRES_COMMAND_OK, PGRES_PIPELINE_SYNC, PGRES_TUPLES_OK,
+                                     PGRES_PIPELINE_SYNC};
+  for (ExecStatusType status : expected) {
+    ResultPtr r(PQgetResult(a.get()));
+    ASSERT_NE(r, nullptr) << ErrorOf(a);
+    ASSERT_EQ(PQresultStatus(r.get()), status) << ErrorOf(a);
+    if (status == PGRES_TUPLES_OK) EXPECT_STREQ(PQgetvalue(r.get(), 0, 0), "42");
+    if (status != PGRES_PIPELINE_SYNC) EXPECT_EQ(PQgetResult(a.get()), nullptr);
+  }
+  ASSERT_EQ(PQexitPipelineMode(a.get()), 1) << ErrorOf(a);
+  EXPECT_EQ(PoolColumn(fleet, "sv_listening"), 1);
+  EXPECT_EQ(PinnedServers(fleet), 0);
+  Run(notifier, "NOTIFY piped, 'p'");
+  ASSERT_NE(NextNotify(a, std::chrono::seconds(1)), nullptr);
+}
+
 TEST_F(SessionStateTest, RefuseAnswersSessionStatementsWithAnErrorAndPassRelaysThem) {
   {
     PgfleetProcess fleet(Config("  session_state: refuse\n"));
