@@ -453,6 +453,36 @@ TEST_F(SessionStateTest, UnlistenAndDisconnectStopDeliveryAndTheHubServerGoesBac
   ASSERT_TRUE(WaitForPinned(fleet, 0));
 }
 
+TEST_F(SessionStateTest, UnlistenAndDiscardAllThroughAServerStopTheHubsDeliveries) {
+  PgfleetProcess fleet(Config());
+  auto a = Client(fleet);
+  auto notifier = Client(fleet);
+  Run(a, "LISTEN jobs");
+  Run(a, "LISTEN audit");
+  // Inside a transaction block the UNLISTEN goes to a server; once it commits the hub stops too.
+  Run(a, "BEGIN; UNLISTEN jobs; COMMIT");
+  Run(notifier, "NOTIFY jobs, 'gone'");
+  Run(notifier, "NOTIFY audit, 'kept'");
+  NotifyPtr kept = NextNotify(a, std::chrono::seconds(1));
+  ASSERT_NE(kept, nullptr);
+  EXPECT_STREQ(kept->relname, "audit");
+  EXPECT_EQ(NextNotify(a, std::chrono::milliseconds(200)), nullptr);
+  // One rolled back changes nothing.
+  Run(a, "BEGIN");
+  Run(a, "UNLISTEN audit");
+  Run(a, "ROLLBACK");
+  Run(notifier, "NOTIFY audit, 'still'");
+  ASSERT_NE(NextNotify(a, std::chrono::seconds(1)), nullptr);
+  // DISCARD ALL is UNLISTEN * too.
+  Run(a, "DISCARD ALL");
+  EXPECT_EQ(PoolColumn(fleet, "cl_listening"), 0);
+  EXPECT_EQ(
+      WaitFor([&] { return PoolColumn(fleet, "sv_listening"); }, [](int n) { return n == 0; }), 0);
+  Run(notifier, "NOTIFY audit, 'after discard'");
+  EXPECT_EQ(NextNotify(a, std::chrono::milliseconds(200)), nullptr);
+  EXPECT_EQ(PinnedServers(fleet), 0);
+}
+
 TEST_F(SessionStateTest, TheHubListensAgainOnANewServerWhenItsServerDies) {
   PgfleetProcess fleet(Config());
   auto a = Client(fleet);
