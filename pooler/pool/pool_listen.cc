@@ -6,7 +6,6 @@
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/pool/pool.h"
-#include "pooler/pool/pool_registry.h"
 #include "pooler/protocol/sqlstate.h"
 
 namespace pgfleet::pool {
