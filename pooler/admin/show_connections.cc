@@ -56,12 +56,15 @@ std::vector<std::string> Row(const char* type, const peering::v1::WorkerStats& w
 
 void ShowClients(const ShowInput& in, ResultSet* out) {
   AddColumns(out);
-  // pgfleet's own: what session state pins the client's server (transaction pooling).
+  // pgfleet's own: what session state pins the client's server (transaction pooling), and how
+  // many channels it listens on through the worker's LISTEN hub (not a pin).
   out->AddColumn("pinned");
+  out->AddColumn("listening", Type::kInt);
   for (const auto& w : in.workers) {
     for (const auto& c : w.clients_info()) {
       std::vector<std::string> row = Row("C", w, c);
       row.push_back(c.pinned());
+      row.push_back(std::to_string(c.listening()));
       out->AddRow(std::move(row));
     }
   }

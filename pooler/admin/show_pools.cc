@@ -38,23 +38,36 @@ void ShowPools(const ShowInput& in, ResultSet* out) {
   out->AddColumn("pool_mode");
   // After PgBouncer's columns: idle servers this pool gave to sibling workers and took from them
   // (one pool per pod).
-  // And servers pinned to clients by session state (transaction pooling).
-  for (const char* c : {"sv_handed_over", "sv_adopted", "sv_pinned"}) {
+  // And servers pinned to clients by session state (transaction pooling), clients listening
+  // through the LISTEN hub and the servers it holds.
+  for (const char* c :
+       {"sv_handed_over", "sv_adopted", "sv_pinned", "cl_listening", "sv_listening"}) {
     out->AddColumn(c, Type::kInt);
   }
   const auto total = PodTotal(in);
   for (const auto& p : total.pools()) {
     // PgBouncer's cl_active is every logged-in client not waiting (linked or idle).
-    out->AddRow({p.database(), p.user(), std::to_string(p.client_active() + p.client_idle()),
-                 std::to_string(p.client_waiting() + p.client_welcome()), "0", "0",
-                 std::to_string(p.server_active()), std::to_string(p.server_active_cancel()),
-                 std::to_string(p.server_being_canceled()), std::to_string(p.server_idle()),
+    out->AddRow({p.database(),
+                 p.user(),
+                 std::to_string(p.client_active() + p.client_idle()),
+                 std::to_string(p.client_waiting() + p.client_welcome()),
+                 "0",
+                 "0",
+                 std::to_string(p.server_active()),
+                 std::to_string(p.server_active_cancel()),
+                 std::to_string(p.server_being_canceled()),
+                 std::to_string(p.server_idle()),
                  std::to_string(p.server_used()),
                  std::to_string(p.server_tested() - p.server_being_canceled()),
-                 std::to_string(p.server_login()), std::to_string(p.max_wait_us() / 1000000),
-                 std::to_string(p.max_wait_us() % 1000000), p.pool_mode(),
-                 std::to_string(p.servers_handed_over()), std::to_string(p.servers_adopted()),
-                 std::to_string(p.server_pinned())});
+                 std::to_string(p.server_login()),
+                 std::to_string(p.max_wait_us() / 1000000),
+                 std::to_string(p.max_wait_us() % 1000000),
+                 p.pool_mode(),
+                 std::to_string(p.servers_handed_over()),
+                 std::to_string(p.servers_adopted()),
+                 std::to_string(p.server_pinned()),
+                 std::to_string(p.client_listening()),
+                 std::to_string(p.server_listening())});
   }
 }
 

@@ -66,6 +66,10 @@ void AddPool(const PoolStats& from, AddMode mode, PoolStats* into) {
   into->set_servers_handed_over(into->servers_handed_over() + from.servers_handed_over());
   into->set_servers_adopted(into->servers_adopted() + from.servers_adopted());
   into->set_server_pinned(into->server_pinned() + from.server_pinned());
+  into->set_client_listening(into->client_listening() + from.client_listening());
+  into->set_server_listening(into->server_listening() + from.server_listening());
+  into->set_notifications_sent(into->notifications_sent() + from.notifications_sent());
+  into->set_notifications_dropped(into->notifications_dropped() + from.notifications_dropped());
   for (int r = 0; r < from.pins_total_size(); ++r) {
     if (into->pins_total_size() <= r) into->add_pins_total(0);
     into->set_pins_total(r, into->pins_total(r) + from.pins_total(r));

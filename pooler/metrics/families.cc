@@ -155,6 +155,13 @@ std::vector<MetricFamily> BuildFamilies(const PodView& view) {
        "Server connections pinned to a client by session state (temporary tables, SQL PREPARE, "
        "advisory locks, cursors WITH HOLD, LISTEN) in transaction pooling.",
        [](const peering::v1::PoolStats& p) { return double(p.server_pinned()); }},
+      {names::kPoolsClientListening,
+       "Clients listening through the worker's LISTEN hub (transaction pooling).",
+       [](const peering::v1::PoolStats& p) { return double(p.client_listening()); }},
+      {names::kPoolsServerListening,
+       "Server connections the LISTEN hub holds to listen for clients (one per worker and pool "
+       "while any client listens).",
+       [](const peering::v1::PoolStats& p) { return double(p.server_listening()); }},
   };
   for (const auto& g : kPoolGauges) {
     auto f = Family(g.name, g.help, MetricType::Gauge);
@@ -179,6 +186,12 @@ std::vector<MetricFamily> BuildFamilies(const PodView& view) {
        [](const peering::v1::PoolStats& p) { return p.received_bytes(); }},
       {names::kStatsSentBytes, "Bytes sent to clients.",
        [](const peering::v1::PoolStats& p) { return p.sent_bytes(); }},
+      {names::kNotificationsSent, "Notifications the LISTEN hub wrote to clients.",
+       [](const peering::v1::PoolStats& p) { return p.notifications_sent(); }},
+      {names::kNotificationsDropped,
+       "Notifications dropped, oldest first, from the full queue of a client that did not read "
+       "them.",
+       [](const peering::v1::PoolStats& p) { return p.notifications_dropped(); }},
   };
   for (const auto& c : kPoolCounters) {
     auto f = Family(c.name, c.help, MetricType::Counter);

@@ -33,6 +33,15 @@ inline constexpr std::string_view kPoolsServerTesting = "pgfleet_pools_server_te
 inline constexpr std::string_view kPoolsServerLogin = "pgfleet_pools_server_login_connections";
 inline constexpr std::string_view kPoolsClientMaxWait = "pgfleet_pools_client_maxwait_seconds";
 inline constexpr std::string_view kPoolsServerPinned = "pgfleet_pools_server_pinned_connections";
+// The LISTEN hub: clients listening through it and the servers it holds.
+inline constexpr std::string_view kPoolsClientListening =
+    "pgfleet_pools_client_listening_connections";
+inline constexpr std::string_view kPoolsServerListening =
+    "pgfleet_pools_server_listening_connections";
+// {database, user, worker}: notifications the hub wrote to clients, and dropped from the queue
+// of a client that did not read them.
+inline constexpr std::string_view kNotificationsSent = "pgfleet_notifications_sent_total";
+inline constexpr std::string_view kNotificationsDropped = "pgfleet_notifications_dropped_total";
 // {database, user, worker, reason}: clients whose session state pinned a server, by what pinned it.
 inline constexpr std::string_view kSessionPins = "pgfleet_session_pins_total";
 

@@ -87,6 +87,8 @@ std::string_view ServerStateForShow(pool::ServerState state) {
       return "active";
     case pool::ServerState::kTesting:
       return "tested";
+    case pool::ServerState::kListening:
+      return "listening";
     case pool::ServerState::kCanceling:
     case pool::ServerState::kDraining:
       return "being_canceled";
@@ -271,6 +273,10 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
     p->set_servers_adopted(st.servers_adopted);
     const pool::PinnedServers& pins = pool->pinned_servers();
     p->set_server_pinned(static_cast<uint32_t>(std::max(0, pins.pinned())));
+    p->set_client_listening(static_cast<uint32_t>(pool->listening_client_count()));
+    p->set_server_listening(static_cast<uint32_t>(pool->listening_server_count()));
+    p->set_notifications_sent(st.notifications_sent);
+    p->set_notifications_dropped(st.notifications_dropped);
     for (int r = 0; r < pool::kPinReasonCount; ++r) {
       p->add_pins_total(pins.pins_total(static_cast<pool::PinReason>(r)));
     }
@@ -358,6 +364,9 @@ void WorkerStatsSource::FillConnections(peering::v1::WorkerStats* out) {
       info->set_application_name(std::string(c.params().Get(static_cast<size_t>(app_slot))));
     }
     info->set_pinned(c.session().DescribePins());
+    if (c.pool() != nullptr) {
+      info->set_listening(static_cast<uint32_t>(c.pool()->listen_hub().ChannelCount(&c)));
+    }
   };
   registry_.ForEachWorkerClient(add_client);
   for (const auto& [key, pool] : registry_.pools()) {

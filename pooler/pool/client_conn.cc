@@ -60,6 +60,7 @@ void ClientConn::OnIoEvent(uint32_t events) {
     if (!has_pending_output() && server_ != nullptr && !server_->read_enabled()) {
       server_->SetReadEnabled(true);
     }
+    if (!notifications_.empty()) FlushNotifications();
   }
   if (closed()) return;
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
@@ -470,6 +471,8 @@ void ClientConn::SendWelcome(const std::vector<std::pair<std::string, std::strin
 }
 
 void ClientConn::OnServerReleased() {
+  FlushNotifications();
+  if (closed()) return;
   if (!read_enabled_) SetReadEnabled(true);
   if (!in_.empty()) HandleLoggedInData();
 }
@@ -517,7 +520,7 @@ bool ClientConn::ApplyCancelAnswer(const protocol::StringSink& answer, size_t co
 }
 
 void ClientConn::HandleLoggedInData() {
-  if (in_.empty()) return;
+  if (in_.empty() || listen_pending_) return;
   // The rest of a query cancelled while queued never reaches a server. Only an idle client drops
   // it: a cancelled client leaves the queue until the rest has arrived.
   if (state_ == ClientState::kIdle && !DropCancelledRest()) return;
@@ -536,11 +539,105 @@ void ClientConn::HandleLoggedInData() {
     Close("client close request");
     return;
   }
-  if (AnswerDeallocate()) {
+  if (AnswerDeallocate() || AnswerListen()) {
     if (!closed() && !in_.empty()) HandleLoggedInData();
     return;
   }
   pool_->RequestServer(this);  // links now (and relays) or queues
+}
+
+bool ClientConn::AnswerListen() {
+  // A reload may have turned session_state off the hub: a client that still listens through it
+  // can still UNLISTEN there (its LISTEN goes to a server as the new setting says).
+  if (!pool_->listen_hub_enabled() && !pool_->listen_hub().HasChannels(this)) return false;
+  IdleListen request = ReadIdleListen(
+      stream_, in_.Readable(), static_cast<uint32_t>(context_.config().pool.max_packet_size));
+  if (request.kind == IdleListen::Kind::kNone ||
+      (request.kind == IdleListen::Kind::kListen && !pool_->listen_hub_enabled())) {
+    return false;
+  }
+  in_.Consume(request.consumed);
+  in_.ReleaseIfEmpty();
+  ListenHub& hub = pool_->listen_hub();
+  protocol::StringSink answer;
+  answer.Append(request.prefix);  // the extended protocol's answers before the statement's
+  switch (request.kind) {
+    case IdleListen::Kind::kListen:
+      if (!hub.Listen(this, request.channel, answer)) {
+        // Answered when the hub's server listens (OnListenAnswered); until then the client's
+        // next messages wait, as they would behind PostgreSQL's answer.
+        listen_pending_ = true;
+        SetReadEnabled(false);
+      }
+      break;
+    case IdleListen::Kind::kUnlisten:
+      hub.Unlisten(this, request.channel);
+      BuildListenAnswer(answer, request.kind);
+      break;
+    case IdleListen::Kind::kUnlistenAll:
+      hub.UnlistenAll(this);
+      BuildListenAnswer(answer, request.kind);
+      break;
+    case IdleListen::Kind::kNone:
+      break;
+  }
+  if (!answer.bytes().empty() && !Send(AsBytes(answer.bytes()))) {
+    Close("write to client failed");
+    return true;
+  }
+  pool_->SettleHub();
+  return true;
+}
+
+void ClientConn::OnListenAnswered(std::span<const uint8_t> answer) {
+  if (closed() || !listen_pending_) return;
+  listen_pending_ = false;
+  if (!Send(answer)) {
+    Close("write to client failed");
+    return;
+  }
+  FlushNotifications();
+  if (closed()) return;
+  if (!read_enabled_) SetReadEnabled(true);
+  if (!in_.empty()) HandleLoggedInData();
+}
+
+bool ClientConn::NotificationsDeliverable() const {
+  // Past this much unread output the client is not reading: notifications queue (and the
+  // oldest are dropped once the queue is full) instead of growing the socket's buffer.
+  constexpr size_t kMaxUnreadOutput = 256 * 1024;
+  if (closed() || listen_pending_ || out_.size() > kMaxUnreadOutput) return false;
+  // Between messages as PostgreSQL sends them: an idle client, or one between transactions on
+  // the server it keeps (after the ReadyForQuery that ended its transaction).
+  return state_ == ClientState::kIdle ||
+         (state_ == ClientState::kActive && server_ != nullptr && server_->IsReleasable());
+}
+
+void ClientConn::OnNotification(std::string_view channel, std::span<const uint8_t> message) {
+  if (closed()) return;
+  // LISTENed inside a transaction too: its own server delivers that channel.
+  if (stream_.session.ListensOnServer(channel)) return;
+  if (notifications_.empty() && NotificationsDeliverable()) {
+    ++pool_->stats().notifications_sent;
+    if (!Send(message)) Close("write to client failed");
+    return;
+  }
+  const size_t dropped = notifications_.Push(message);
+  if (dropped > 0) {
+    pool_->stats().notifications_dropped += dropped;
+    if (notifications_drop_logged_) return;
+    notifications_drop_logged_ = true;
+    PGFLEET_LOG(kWarning, "notifications_dropped", "client=", id_, " count=", dropped,
+                " reason=", base::LogQuote("client does not read its notifications"));
+  }
+}
+
+void ClientConn::FlushNotifications() {
+  if (notifications_.empty() || !NotificationsDeliverable()) return;
+  pool_->stats().notifications_sent += notifications_.size();
+  protocol::StringSink sink;
+  notifications_.TakeAll(sink);
+  if (!Send(AsBytes(sink.bytes()))) Close("write to client failed");
 }
 
 bool ClientConn::AnswerDeallocate() {

@@ -14,6 +14,7 @@
 #include "pooler/net/connection.h"
 #include "pooler/pool/client_password.h"
 #include "pooler/pool/connection_state.h"
+#include "pooler/pool/listen_hub.h"
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/relay.h"
 #include "pooler/pool/worker_context.h"
@@ -51,7 +52,9 @@ class ClientHost {
   virtual CancelHandler& cancels() = 0;
 };
 
-class ClientConn final : public net::Connection, public base::ListNode {
+class ClientConn final : public net::Connection,
+                         public base::ListNode,
+                         public NotificationListener {
  public:
   ClientConn(WorkerContext& context, ClientHost& host, int fd, uint64_t id,
              std::string peer_address);
@@ -90,6 +93,16 @@ class ClientConn final : public net::Connection, public base::ListNode {
   // and drops it (queued_cancel.h), leaving the queue if nothing else is queued. True when it did
   // (the client may have been closed meanwhile); false when no query waits.
   bool CancelQueuedQuery();
+
+  // The LISTEN hub (listen_hub.h). A LISTEN that waited for the hub's server is answered; the
+  // client reads again.
+  void OnListenAnswered(std::span<const uint8_t> answer) override;
+  // A notification for a channel the client listens on through the hub: written now when the
+  // client is between transactions with nothing owed to it, else queued (NotificationQueue).
+  void OnNotification(std::string_view channel, std::span<const uint8_t> message) override;
+  // Writes the queued notifications if the client may get them now (idle, or between
+  // transactions on the server it keeps, its LISTEN answered, its output drained enough).
+  void FlushNotifications();
 
   // Whether this client counts against max_client_conn (false = over the limit, refused at
   // startup with 53300).
@@ -145,6 +158,10 @@ class ClientConn final : public net::Connection, public base::ListNode {
   // An idle client's DEALLOCATE of a renamed statement, answered without a server
   // (Relay::AnswerIdleDeallocate). True when done.
   bool AnswerDeallocate();
+  // An idle client's LISTEN/UNLISTEN, answered by the pool's LISTEN hub (ReadIdleListen). True
+  // when done (the answer may wait: listen_pending_).
+  bool AnswerListen();
+  bool NotificationsDeliverable() const;
   // Drops what arrived of a query cancelled while queued (DropCancelledRest). True when the
   // client's next query may go on; false while still dropping, or when the client was closed.
   bool DropCancelledRest();
@@ -182,6 +199,10 @@ class ClientConn final : public net::Connection, public base::ListNode {
   bool holds_login_slot_ = false;                  // pool.max_concurrent_logins
   std::optional<config::AuthType> hba_auth_type_;  // the matching hba rule's method
   bool admin_console_ = false;
+  // Its LISTEN waits for the hub's server: nothing more is read or answered until it is.
+  bool listen_pending_ = false;
+  NotificationQueue notifications_;
+  bool notifications_drop_logged_ = false;  // one log line per client, the count in the stats
 
   absl::Time connected_at_;
   absl::Time wait_started_at_;

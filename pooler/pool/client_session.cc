@@ -1,6 +1,7 @@
 #include "pooler/pool/client_session.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace pgfleet::pool {
 
@@ -37,8 +38,11 @@ void ClientSession::Apply(const sql::Effect& effect) {
       // SELECT pg_advisory_unlock_all(); DISCARD PLANS; DISCARD TEMP; DISCARD SEQUENCES.
       {
         const bool counted = pin_counted;  // the relay uncounts it
+        std::vector<std::string> unlistens = std::move(unlistened);
         *this = ClientSession();
         pin_counted = counted;
+        unlistened = std::move(unlistens);
+        unlistened.emplace_back();
       }
       break;
     case EffectKind::kDiscardTemp:
@@ -83,9 +87,11 @@ void ClientSession::Apply(const sql::Effect& effect) {
       break;
     case EffectKind::kUnlisten:
       channels_.erase(effect.name);
+      unlistened.push_back(effect.name);
       break;
     case EffectKind::kUnlistenAll:
       channels_.clear();
+      unlistened.emplace_back();
       break;
   }
 }

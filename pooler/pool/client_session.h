@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "pooler/sql/session_effects.h"
@@ -50,6 +51,17 @@ class ClientSession {
   // A pin made and released inside one transaction never counts (the transaction holds the
   // server anyway: psycopg2 applications PREPARE and DEALLOCATE that way).
   bool pin_counted = false;
+
+  // The client's server LISTENs on `channel` for it (a LISTEN that went through the relay, which
+  // pins): the LISTEN hub leaves that channel's notifications to the server.
+  bool ListensOnServer(std::string_view channel) const {
+    return channels_.contains(std::string(channel));
+  }
+  // UNLISTENs (and DISCARD ALLs) that reached a server through the relay, committed, in order:
+  // the channel, or "" for all. The pool hands them to its LISTEN hub (listen_hub.h) at the
+  // transaction's end and clears this, so the hub stops delivering what the client unlistened
+  // wherever it did.
+  std::vector<std::string> unlistened;
 
   // Whether `effects` could pin a session that holds nothing yet.
   static bool AnyPins(const sql::Effects& effects);

@@ -72,6 +72,8 @@ std::string_view ServerStateName(ServerState state) {
       return "being_canceled";
     case ServerState::kDraining:
       return "draining";
+    case ServerState::kListening:
+      return "listening";
     case ServerState::kClosed:
       return "closed";
   }
@@ -87,8 +89,8 @@ bool IsLegalServerMove(ServerState from, ServerState to) {
     case S::kLogin:
       return to == S::kIdle;
     case S::kIdle:
-      // Linked, or a check query / auth_query before serving.
-      return to == S::kActive || to == S::kTesting;
+      // Linked, a check query / auth_query before serving, or the LISTEN hub's.
+      return to == S::kActive || to == S::kTesting || to == S::kListening;
     case S::kActive:
       // Released (idle, or held while a cancel is in flight), reset after its client left, or
       // drained after its client left mid-query.
@@ -100,6 +102,9 @@ bool IsLegalServerMove(ServerState from, ServerState to) {
     case S::kDraining:
       // Clean again: back to the pool, or reset first (session mode, server_reset_query_always).
       return to == S::kIdle || to == S::kTesting;
+    case S::kListening:
+      // Nobody listens any more and UNLISTEN * was answered.
+      return to == S::kIdle;
     case S::kClosed:
       return false;
   }

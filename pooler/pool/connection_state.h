@@ -43,6 +43,7 @@ enum class ServerState {
   kTesting,     // running server_check_query, server_reset_query or auth_query, unlinked
   kCanceling,   // released while a cancel it was sent is still in flight; not reusable yet
   kDraining,    // its client went away mid-query: its answers are dropped until it is clean
+  kListening,   // the pool's LISTEN hub holds it: it listens for clients (listen_hub.h)
   kClosed,      // on no list; deleted after the event batch
 };
 inline constexpr size_t kServerStateCount = static_cast<size_t>(ServerState::kClosed) + 1;

@@ -93,6 +93,7 @@ void Pool::ApplyConfig(const config::DatabaseConfig& db) {
       s->MarkCloseOnRelease();
     }
     CloseIdleServers("database settings changed");
+    if (hub_server_ != nullptr) hub_server_->Close("database settings changed");
     welcome_known_ = false;
   } else if (welcome_known_ && login_server_count() == 0) {
     // SIGHUP refreshes what new clients are told without closing anything: one new login where
@@ -205,12 +206,16 @@ void Pool::ServeWaiting() {
     }
   }
   if (paused_) return;
+  // The LISTEN hub serves many clients with one server: it goes before the queue.
+  if (hub_.wants_server()) {
+    if (ServerConn* server = TakeIdleServer(now)) GiveHubServer(server);
+  }
   while (!clients_[ClientState::kWaiting].empty()) {
     ServerConn* server = TakeIdleServer(now);
     if (server == nullptr) break;
     Link(clients_[ClientState::kWaiting].front(), server);
   }
-  size_t demand = waiting_count() + auth_query_waiters_.size() +
+  size_t demand = waiting_count() + auth_query_waiters_.size() + (hub_.wants_server() ? 1 : 0) +
                   (welcome_known_               ? 0
                    : welcome_client_count() > 0 ? 1
                                                 : 0);
@@ -463,6 +468,9 @@ void Pool::RetireHost(const config::HostAddress& address, std::string_view reaso
     if (s->address() == address) idle.push_back(s);
   }
   for (ServerConn* s : idle) s->Close(reason);
+  // The LISTEN hub's server listens on the next server it gets (notifications in between are
+  // lost, as for any session that ends).
+  if (hub_server_ != nullptr && hub_server_->address() == address) hub_server_->Close(reason);
   // The rest finish what they run (a transaction ends as PostgreSQL ends it) and close when
   // released.
   for (ServerConn* s : servers_.In({ServerState::kActive, ServerState::kTesting,
@@ -487,6 +495,9 @@ void Pool::MakeIdle(ServerConn* server) {
 void Pool::ReleaseServer(ServerConn* server) {
   const absl::Time now = context_.loop().now();
   ClientConn* client = server->client();
+  if (client != nullptr && !client->stream().session.unlistened.empty()) {
+    ApplyRelayedUnlistens(client);
+  }
   if (client != nullptr) {
     ++stats_.transactions;
     stats_.RecordTransaction(
@@ -522,6 +533,11 @@ void Pool::ReleaseServer(ServerConn* server) {
 
 void Pool::RemoveClient(ClientConn* client) {
   CancelAuthQuery(client);
+  if (hub_.listener_count() > 0) {
+    // Delivery stops at once; the hub's server UNLISTENs what nobody else listens on.
+    hub_.Remove(client);
+    SettleHub();
+  }
   ServerConn* server = client->server();
   if (server == nullptr) {
     MoveClient(client, ClientState::kClosed);
@@ -586,7 +602,7 @@ void Pool::RemoveServer(ServerConn* server) {
   registry_->DeleteServer(server);
   if (servers_.size(ServerState::kIdle) + servers_.size(ServerState::kActive) +
           servers_.size(ServerState::kTesting) + servers_.size(ServerState::kCanceling) +
-          servers_.size(ServerState::kDraining) ==
+          servers_.size(ServerState::kDraining) + servers_.size(ServerState::kListening) ==
       0) {
     // No server of the last generation is left: the next may be another (a restarted, replaced
     // or promoted PostgreSQL), so new clients wait for its login to hear what it reports.
@@ -607,6 +623,7 @@ void Pool::RemoveServer(ServerConn* server) {
     client->Fatal(protocol::sqlstate::kConnectionFailure,
                   "server connection closed unexpectedly during a transaction");
   }
+  if (server == hub_server_) OnHubServerLost();
 }
 
 void Pool::RequestAuthQuery(ClientConn* client) {
@@ -636,9 +653,9 @@ void Pool::Shutdown(std::string_view reason) {
                                          ClientState::kWaiting, ClientState::kActive})) {
     if (!client->closed()) client->Fatal(protocol::sqlstate::kAdminShutdown, reason);
   }
-  for (ServerConn* server :
-       servers_.In({ServerState::kConnecting, ServerState::kLogin, ServerState::kIdle,
-                    ServerState::kActive, ServerState::kTesting, ServerState::kCanceling})) {
+  for (ServerConn* server : servers_.In(
+           {ServerState::kConnecting, ServerState::kLogin, ServerState::kIdle, ServerState::kActive,
+            ServerState::kTesting, ServerState::kCanceling, ServerState::kListening})) {
     if (server->state() != ServerState::kClosed) server->Close(reason);
   }
   // Servers whose clients just left mid-query run on in PostgreSQL until their cancel lands:
@@ -682,10 +699,15 @@ void Pool::Maintain(absl::Time now) {
              "query_wait_timeout: no server connection became available in time");
   }
   expired.clear();
+  ExpireHubWaiters(now);
   // Idle clients.
   if (pc.client_idle_timeout > absl::ZeroDuration()) {
     for (ClientConn* c : clients_.In({ClientState::kIdle})) {
-      if (now - c->last_activity_at() > pc.client_idle_timeout) expired.push_back(c);
+      // A client listening through the hub waits for notifications: it is no more idle than
+      // one whose LISTEN pinned its server (kActive) was before the hub.
+      if (now - c->last_activity_at() > pc.client_idle_timeout && !hub_.HasChannels(c)) {
+        expired.push_back(c);
+      }
     }
     for (ClientConn* c : expired) {
       c->Fatal(protocol::sqlstate::kIdleSessionTimeout, "client_idle_timeout");

@@ -17,6 +17,7 @@
 #include "pooler/config/config.h"
 #include "pooler/pool/client_conn.h"
 #include "pooler/pool/host_selector.h"
+#include "pooler/pool/listen_hub.h"
 #include "pooler/pool/relay.h"
 #include "pooler/pool/server_budget.h"
 #include "pooler/pool/server_conn.h"
@@ -86,6 +87,24 @@ class Pool {
   // A waiting client's queued query was cancelled and it has nothing else queued: it leaves the
   // queue (queued_cancel.h).
   void LeaveQueue(ClientConn* client);
+
+  // --- LISTEN hub (pool_listen.cc, docs/architecture.md "LISTEN hub") ---
+  // Idle clients' LISTEN/UNLISTEN go to the hub (session_state: track in transaction or
+  // statement pooling) instead of pinning a server each.
+  bool listen_hub_enabled() const { return relay_settings_.session == SessionTracking::kTrack; }
+  ListenHub& listen_hub() { return hub_; }
+  const ListenHub& listen_hub() const { return hub_; }
+  // After every change to the hub: sends what it wrote to its server, gives its server back when
+  // nobody listens, asks for one when it needs one, and hands out LISTEN answers that waited.
+  void SettleHub();
+  // A message from the hub's server (ServerConn in kListening).
+  void OnHubServerMessage(uint8_t type, std::span<const uint8_t> body);
+  // The UNLISTENs `client`'s finished transaction committed on its server
+  // (ClientSession::unlistened) stop the hub's deliveries too.
+  void ApplyRelayedUnlistens(ClientConn* client);
+  // Clients listening through the hub and servers the hub holds (0 or 1) in this worker.
+  size_t listening_client_count() const { return hub_.listener_count(); }
+  size_t listening_server_count() const { return servers_.size(ServerState::kListening); }
 
   // --- server side ---
   void OnServerConnected(ServerConn* server);
@@ -200,6 +219,13 @@ class Pool {
   // Draining servers that are not clean within server_connect_timeout are closed.
   void ExpireDraining(absl::Time now);
   void ServeWaiting();
+  // An idle server becomes the LISTEN hub's (pool_listen.cc).
+  void GiveHubServer(ServerConn* server);
+  // The hub's server closed (RemoveServer): its channels are LISTENed on the next one.
+  void OnHubServerLost();
+  // The hub waited query_wait_timeout for a server: the clients whose LISTEN waits get the
+  // queued clients' FATAL.
+  void ExpireHubWaiters(absl::Time now);
   // ServeWaiting once the current event batch is done (see ReleaseServer).
   void ScheduleServeWaiting();
   // Opens a server if limits allow; `extra` allows the reserve pool.
@@ -247,6 +273,9 @@ class Pool {
   PoolStats stats_;
   RelaySettings relay_settings_;
   PinnedServers pins_;
+  ListenHub hub_;
+  ServerConn* hub_server_ = nullptr;                    // kListening, or none
+  absl::Time hub_wait_started_ = absl::InfinitePast();  // since when the hub wants a server
 
   bool welcome_known_ = false;
   std::vector<std::pair<std::string, std::string>> welcome_params_;
@@ -258,9 +287,9 @@ class Pool {
   std::vector<ClientConn*> auth_query_waiters_;
 
   // Idle servers are LIFO: the most recently used at the front keeps the busiest ones warm.
-  ServerLists servers_{ServerState::kConnecting, ServerState::kLogin,   ServerState::kIdle,
-                       ServerState::kActive,     ServerState::kTesting, ServerState::kCanceling,
-                       ServerState::kDraining};
+  ServerLists servers_{ServerState::kConnecting, ServerState::kLogin,    ServerState::kIdle,
+                       ServerState::kActive,     ServerState::kTesting,  ServerState::kCanceling,
+                       ServerState::kDraining,   ServerState::kListening};
 
   // What this worker last told the pod of its idle servers and waiting clients of the pool.
   int published_idle_ = 0;

@@ -18,6 +18,7 @@ void Pool::Reconnect() {
     s->MarkCloseOnRelease();
   }
   CloseIdleServers("reconnect requested by admin");
+  if (hub_server_ != nullptr) hub_server_->Close("reconnect requested by admin");
   // The servers behind the address may have changed (that is why one reconnects): new clients
   // wait for the next login's parameters instead of hearing the old ones.
   welcome_known_ = false;
@@ -42,8 +43,8 @@ void Pool::ForEachClient(const std::function<void(const ClientConn&)>& fn) const
 void Pool::ForEachServer(const std::function<void(const ServerConn&)>& fn) const {
   for (const ServerConn* s :
        servers_.In({ServerState::kActive, ServerState::kIdle, ServerState::kTesting,
-                    ServerState::kCanceling, ServerState::kDraining, ServerState::kConnecting,
-                    ServerState::kLogin})) {
+                    ServerState::kCanceling, ServerState::kDraining, ServerState::kListening,
+                    ServerState::kConnecting, ServerState::kLogin})) {
     fn(*s);
   }
 }

@@ -430,9 +430,22 @@ void ServerConn::ProcessAuthQuery() {
   AfterRelayChunk();
 }
 
+void ServerConn::ProcessListen() {
+  const bool open =
+      ReadWholeMessages([this] { return state_ == ServerState::kListening; },
+                        [this](const protocol::StreamDecoder::Piece& message) {
+                          pool_->OnHubServerMessage(message.header.type, message.body());
+                        });
+  if (!open) return;
+  in_.ReleaseIfEmpty();
+  // The hub gave the server back after UNLISTEN *: nothing may follow its ReadyForQuery.
+  if (state_ == ServerState::kIdle && !in_.empty()) Close("unexpected data from idle server");
+}
+
 void ServerConn::ProcessRelay() {
   if (state_ == ServerState::kLogin) return ProcessLogin();
   if (auth_query_running_) return ProcessAuthQuery();
+  if (state_ == ServerState::kListening) return ProcessListen();
   ClientConn* client = client_;
   const auto data = in_.Readable();
   ConnectionOutput to_client(client, data);
@@ -489,7 +502,16 @@ void ServerConn::AfterRelayChunk() {
                    "transaction blocks not allowed in statement pooling mode");
     return;
   }
-  if (relay_.IsReleasable() && !KeepForPinnedClient()) pool_->ReleaseServer(this);
+  if (!relay_.IsReleasable()) return;
+  ClientConn* client = client_;
+  if (KeepForPinnedClient()) {
+    // Between transactions, the client keeping its server: what it UNLISTENed through its
+    // server stops the hub's deliveries too, and notifications held for it go out now.
+    if (!client->stream().session.unlistened.empty()) pool_->ApplyRelayedUnlistens(client);
+    if (!client->closed()) client->FlushNotifications();
+    return;
+  }
+  pool_->ReleaseServer(this);
 }
 
 bool ServerConn::KeepForPinnedClient() {

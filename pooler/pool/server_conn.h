@@ -147,6 +147,8 @@ class ServerConn final : public net::Connection, public base::ListNode {
   bool ReadWholeMessages(More more, Handle handle);
   void ProcessRelay();
   void ProcessAuthQuery();
+  // The LISTEN hub's server: every message goes to the pool's hub (listen_hub.h).
+  void ProcessListen();
   void AfterRelayChunk();
   void OnAuthQueryMessage(uint8_t type, std::span<const uint8_t> body);
   void FinishAuthQuery();

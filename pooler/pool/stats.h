@@ -49,6 +49,10 @@ struct PoolStats {
   uint64_t errors = 0;
   uint64_t servers_handed_over = 0;  // idle servers given to sibling workers
   uint64_t servers_adopted = 0;      // ... and taken from them
+  // The LISTEN hub (listen_hub.h): NotificationResponses written to clients, and those dropped
+  // from a client's full queue (NotificationQueue::kMaxBytes) because it did not read them.
+  uint64_t notifications_sent = 0;
+  uint64_t notifications_dropped = 0;
   DurationHistogram query_duration;
   DurationHistogram transaction_duration;
   DurationHistogram wait_duration;

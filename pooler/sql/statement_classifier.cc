@@ -89,16 +89,6 @@ std::string QuoteLiteral(std::string_view value) {
   return out;
 }
 
-std::string QuoteIdentifier(std::string_view name) {
-  std::string out = "\"";
-  for (char c : name) {
-    if (c == '"') out.push_back('"');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
-}
-
 // A constant's text, when the node is one (a string, number or boolean, cast or not).
 bool ConstantText(const pg_query::Node& node, std::string* text) {
   if (node.has_type_cast()) return ConstantText(node.type_cast().arg(), text);
@@ -379,6 +369,29 @@ Classification Classify(std::string_view sql) {
   Walker walker(text);
   for (const auto& raw : tree.stmts()) walker.Statement(raw);
   out.effects = walker.Take();
+  out.statements = tree.stmts_size();
+  return out;
+}
+
+bool StartsWithListenVerb(std::string_view sql) {
+  const size_t start = SkipBlanks(sql, 0);
+  size_t end = start;
+  while (end < sql.size() && end - start <= 8 &&
+         absl::ascii_isalpha(static_cast<unsigned char>(sql[end]))) {
+    ++end;
+  }
+  const std::string_view verb = sql.substr(start, end - start);
+  return absl::EqualsIgnoreCase(base::Av(verb), "listen") ||
+         absl::EqualsIgnoreCase(base::Av(verb), "unlisten");
+}
+
+std::string QuoteIdentifier(std::string_view name) {
+  std::string out = "\"";
+  for (char c : name) {
+    if (c == '"') out.push_back('"');
+    out.push_back(c);
+  }
+  out.push_back('"');
   return out;
 }
 

@@ -8,6 +8,7 @@
 // BEGIN and COMMIT never are.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include "pooler/sql/session_effects.h"
@@ -25,9 +26,18 @@ struct Classification {
   // False when PostgreSQL's grammar (as libpg_query knows it) rejects the text: the server will
   // most likely reject it too, so it is taken to change nothing.
   bool parsed = true;
+  // How many statements the text holds (0 when it did not parse).
+  int statements = 0;
 };
 
 // The session effects of every statement in `sql` (a simple Query's text or a Parse's).
 Classification Classify(std::string_view sql);
+
+// Whether `sql`'s first word (after blanks and comments) is LISTEN or UNLISTEN: the only texts
+// the LISTEN hub may answer (pool/listen_hub.h), checked before anything is parsed.
+bool StartsWithListenVerb(std::string_view sql);
+
+// `name` as a quoted SQL identifier ("a""b"), exactly as written (no case folding).
+std::string QuoteIdentifier(std::string_view name);
 
 }  // namespace pgfleet::sql

@@ -43,6 +43,8 @@ METRICS = {
     "pgfleet_clients_rejected_total", "pgfleet_cancel_rate_limited_total",
     "pgfleet_database_host_serves",
     "pgfleet_pools_server_pinned_connections", "pgfleet_session_pins_total",
+    "pgfleet_pools_client_listening_connections", "pgfleet_pools_server_listening_connections",
+    "pgfleet_notifications_sent_total", "pgfleet_notifications_dropped_total",
 }
 HISTOGRAMS = {"pgfleet_stats_query_duration_seconds", "pgfleet_stats_transaction_duration_seconds",
               "pgfleet_stats_wait_duration_seconds"}

@@ -6,9 +6,15 @@
 //
 // A neighbour client holding a transaction open makes servers change hands deterministically:
 // with a pool of 2, the client under test gets the other server for each of its transactions.
+#include <arpa/inet.h>
 #include <libpq-fe.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -61,6 +67,43 @@ class SessionStateTest : public IntegrationTest {
       if (!row.at("pinned").empty()) reasons.insert(row.at("pinned"));
     }
     return reasons;
+  }
+  // A SHOW POOLS column summed over the pod (the postgres pool).
+  static int PoolColumn(const PgfleetProcess& fleet, const std::string& column) {
+    ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+    int sum = 0;
+    for (const Row& row : RowsOf(Exec(admin, "SHOW POOLS"))) {
+      if (row.at("database") == "postgres") sum += std::stoi(row.at(column));
+    }
+    return sum;
+  }
+  // The worker (SHOW CLIENTS' slot) that serves `c`, or "".
+  static std::string SlotOf(const ConnPtr& admin, const ConnPtr& c) {
+    sockaddr_in addr{};
+    socklen_t len = sizeof(addr);
+    if (getsockname(PQsocket(c.get()), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+    const std::string port = std::to_string(ntohs(addr.sin_port));
+    for (const Row& row : RowsOf(Exec(admin, "SHOW CLIENTS"))) {
+      if (row.at("port") == port && row.at("addr") == "127.0.0.1") return row.at("worker");
+    }
+    return "";
+  }
+  // The next notification `c` receives within `timeout` (a bounded wait on its socket), or null.
+  struct NotifyDeleter {
+    void operator()(PGnotify* n) const { PQfreemem(n); }
+  };
+  using NotifyPtr = std::unique_ptr<PGnotify, NotifyDeleter>;
+  static NotifyPtr NextNotify(const ConnPtr& c, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (PQconsumeInput(c.get()) != 1) return nullptr;
+      if (PGnotify* n = PQnotifies(c.get())) return NotifyPtr(n);
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return nullptr;
+      pollfd pfd{PQsocket(c.get()), POLLIN, 0};
+      (void)poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 50)));
+    }
   }
   static bool WaitForPinned(const PgfleetProcess& fleet, int n) {
     return WaitFor([&] { return PinnedServers(fleet) == n; }, std::chrono::seconds(5));
@@ -246,32 +289,262 @@ TEST_F(SessionStateTest, ThePinnedServerLimitRefusesWithAnErrorAndTheClientGoesO
   ASSERT_TRUE(WaitForPinned(fleet, 1));
 }
 
-TEST_F(SessionStateTest, ListenersGetAnotherClientsNotifyWithinASecond) {
-  PgfleetProcess fleet(Config("  max_pinned_servers: 4\n", 6, /*workers=*/2));
+// Three listeners spread over two workers: each worker's LISTEN hub holds one server of the pool
+// (4 for the pod: 2 hubs, 2 for everyone's transactions), and no listener holds one of its own.
+TEST_F(SessionStateTest, ListenersOnTwoWorkersGetAnotherClientsNotifyWithinASecondUnpinned) {
+  PgfleetProcess fleet(Config("", 4, /*workers=*/2));
+  ASSERT_EQ(
+      WaitFor([&] { return WorkerPids(fleet.pid()).size(); }, [](size_t n) { return n >= 2; }), 2u);
+  // Clients until both workers have a listener (the kernel picks the worker; bounded at 40).
   std::vector<ConnPtr> listeners;
-  for (int i = 0; i < 3; ++i) {
-    listeners.push_back(Client(fleet));
-    Run(listeners.back(), "LISTEN jobs");
-  }
-  ASSERT_TRUE(WaitForPinned(fleet, 3));
-  auto notifier = Client(fleet);
-  const auto sent_at = std::chrono::steady_clock::now();
-  Run(notifier, "NOTIFY jobs, 'hello'");
-  for (auto& listener : listeners) {
-    PGnotify* notify = nullptr;
-    while (notify == nullptr &&
-           std::chrono::steady_clock::now() - sent_at < std::chrono::seconds(1)) {
-      ASSERT_EQ(PQconsumeInput(listener.get()), 1) << ErrorOf(listener);
-      notify = PQnotifies(listener.get());
-      if (notify == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::set<std::string> slots;
+  {
+    ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+    for (int tries = 0; tries < 40 && (listeners.size() < 3 || slots.size() < 2); ++tries) {
+      ConnPtr c = Client(fleet);
+      const std::string slot = SlotOf(admin, c);
+      ASSERT_FALSE(slot.empty());
+      if (listeners.size() == 2 && slots.size() == 1 && slots.contains(slot)) continue;
+      slots.insert(slot);
+      listeners.push_back(std::move(c));
     }
+  }
+  ASSERT_EQ(listeners.size(), 3u);
+  ASSERT_EQ(slots.size(), 2u);
+  for (auto& listener : listeners) Run(listener, "LISTEN jobs");
+  // Quoted, with a quote and upper case: the channel is exactly this text.
+  Run(listeners[2], R"(LISTEN "Mixed ""Case""")");
+  auto bystander = Client(fleet);
+  Run(bystander, "LISTEN other");
+  EXPECT_EQ(
+      WaitFor([&] { return PoolColumn(fleet, "sv_listening"); }, [](int n) { return n == 2; }), 2);
+  EXPECT_EQ(PoolColumn(fleet, "cl_listening"), 4);
+  // SHOW CLIENTS: channels per client through the hub (jobs x3, the quoted one, other).
+  {
+    ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+    int channels = 0;
+    for (const Row& row : RowsOf(Exec(admin, "SHOW CLIENTS"))) {
+      channels += std::stoi(row.at("listening"));
+    }
+    EXPECT_EQ(channels, 5);
+  }
+  EXPECT_EQ(PinnedServers(fleet), 0);
+  EXPECT_TRUE(PinReasons(fleet).empty());
+
+  // The other clients' transactions go on meanwhile, the two remaining servers changing hands.
+  auto notifier = Client(fleet);
+  auto neighbour = Client(fleet);
+  Run(neighbour, "BEGIN");
+  (void)Pid(neighbour);
+  const auto sent_at = std::chrono::steady_clock::now();
+  Run(notifier, "NOTIFY jobs, 'hello ''quoted'''");
+  for (auto& listener : listeners) {
+    NotifyPtr notify = NextNotify(listener, std::chrono::seconds(1));
     ASSERT_NE(notify, nullptr) << "no notification within 1 s";
     EXPECT_STREQ(notify->relname, "jobs");
-    EXPECT_STREQ(notify->extra, "hello");
-    PQfreemem(notify);
+    EXPECT_STREQ(notify->extra, "hello 'quoted'");
+    EXPECT_GT(notify->be_pid, 0);  // the NOTIFYing server backend's pid
   }
-  Run(listeners[0], "UNLISTEN *");
-  ASSERT_TRUE(WaitForPinned(fleet, 2));
+  EXPECT_LT(std::chrono::steady_clock::now() - sent_at, std::chrono::seconds(1));
+  Run(neighbour, "COMMIT");
+  Run(notifier, R"(SELECT pg_notify('Mixed "Case"', 'mixed'))");
+  Run(notifier, "NOTIFY mixed, 'folded'");  // nobody listens on the case-folded name
+  NotifyPtr mixed = NextNotify(listeners[2], std::chrono::seconds(1));
+  ASSERT_NE(mixed, nullptr);
+  EXPECT_STREQ(mixed->relname, "Mixed \"Case\"");
+  EXPECT_STREQ(mixed->extra, "mixed");
+  // Nothing reaches a client that did not LISTEN on the channel.
+  EXPECT_EQ(NextNotify(listeners[2], std::chrono::milliseconds(200)), nullptr);
+  EXPECT_EQ(NextNotify(listeners[0], std::chrono::milliseconds(50)), nullptr);
+  EXPECT_EQ(NextNotify(listeners[1], std::chrono::milliseconds(50)), nullptr);
+  EXPECT_EQ(NextNotify(bystander, std::chrono::milliseconds(50)), nullptr);
+  Run(notifier, "NOTIFY other, 'yours'");
+  NotifyPtr other = NextNotify(bystander, std::chrono::seconds(1));
+  ASSERT_NE(other, nullptr);
+  EXPECT_STREQ(other->relname, "other");
+
+  // A listener inside a transaction gets the notification after the transaction, not inside it.
+  Run(listeners[0], "BEGIN");
+  (void)Pid(listeners[0]);
+  Run(notifier, "NOTIFY jobs, 'later'");
+  for (size_t i = 1; i < listeners.size(); ++i) {
+    ASSERT_NE(NextNotify(listeners[i], std::chrono::seconds(1)), nullptr) << "listener " << i;
+  }
+  EXPECT_EQ(NextNotify(listeners[0], std::chrono::milliseconds(200)), nullptr);
+  Run(listeners[0], "COMMIT");
+  NotifyPtr later = NextNotify(listeners[0], std::chrono::seconds(1));
+  ASSERT_NE(later, nullptr);
+  EXPECT_STREQ(later->extra, "later");
+  EXPECT_EQ(PinnedServers(fleet), 0);
+}
+
+TEST_F(SessionStateTest, UnlistenAndDisconnectStopDeliveryAndTheHubServerGoesBack) {
+  PgfleetProcess fleet(Config());
+  auto a = Client(fleet);
+  auto b = Client(fleet);
+  auto notifier = Client(fleet);
+  Run(a, "LISTEN jobs");
+  Run(b, "LISTEN jobs");
+  Run(b, "LISTEN audit");
+  EXPECT_EQ(PoolColumn(fleet, "sv_listening"), 1);
+  EXPECT_EQ(PoolColumn(fleet, "cl_listening"), 2);
+  EXPECT_EQ(PinnedServers(fleet), 0);
+  // The one other server serves everyone else, one transaction at a time.
+  std::set<std::string> pids;
+  for (int i = 0; i < 3; ++i) pids.insert(Pid(notifier));
+  EXPECT_EQ(pids.size(), 1u);
+
+  Run(a, "UNLISTEN jobs");
+  Run(notifier, "NOTIFY jobs, 'one'");
+  ASSERT_NE(NextNotify(b, std::chrono::seconds(1)), nullptr);
+  EXPECT_EQ(NextNotify(a, std::chrono::milliseconds(200)), nullptr);
+  EXPECT_EQ(PoolColumn(fleet, "cl_listening"), 1);
+
+  // Listening again after UNLISTEN, then UNLISTEN *.
+  Run(a, "LISTEN jobs");
+  Run(notifier, "NOTIFY jobs, 'two'");
+  ASSERT_NE(NextNotify(a, std::chrono::seconds(1)), nullptr);
+  ASSERT_NE(NextNotify(b, std::chrono::seconds(1)), nullptr);
+  Run(a, "UNLISTEN *");
+  Run(notifier, "NOTIFY jobs, 'three'");
+  ASSERT_NE(NextNotify(b, std::chrono::seconds(1)), nullptr);
+  EXPECT_EQ(NextNotify(a, std::chrono::milliseconds(200)), nullptr);
+
+  // The extended protocol's unnamed statement (psycopg 3, pgjdbc) goes to the hub too.
+  ResultPtr extended(PQexecParams(a.get(), "LISTEN ext", 0, nullptr, nullptr, nullptr, nullptr, 0));
+  ASSERT_TRUE(ResultOk(extended)) << ErrorOf(a);
+  EXPECT_EQ(PoolColumn(fleet, "cl_listening"), 2);
+  Run(notifier, "NOTIFY ext, 'e'");
+  NotifyPtr ext = NextNotify(a, std::chrono::seconds(1));
+  ASSERT_NE(ext, nullptr);
+  EXPECT_STREQ(ext->extra, "e");
+  extended.reset(PQexecParams(a.get(), "UNLISTEN ext", 0, nullptr, nullptr, nullptr, nullptr, 0));
+  ASSERT_TRUE(ResultOk(extended)) << ErrorOf(a);
+  EXPECT_EQ(PinnedServers(fleet), 0);
+  EXPECT_EQ(PoolColumn(fleet, "cl_listening"), 1);
+
+  // The last listener leaves: the hub's server UNLISTENs and serves transactions again.
+  b.reset();
+  EXPECT_EQ(
+      WaitFor([&] { return PoolColumn(fleet, "sv_listening"); }, [](int n) { return n == 0; }), 0);
+  EXPECT_EQ(PoolColumn(fleet, "cl_listening"), 0);
+  EXPECT_EQ(WaitFor(
+                [&] {
+                  return pg().QueryValue(
+                      "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'");
+                },
+                [](const std::string& n) { return n == "0"; }),
+            "0");
+  Run(a, "BEGIN");
+  pids.insert(Pid(a));
+  pids.insert(Pid(notifier));  // the other server: both serve clients now
+  Run(a, "COMMIT");
+  EXPECT_EQ(pids.size(), 2u);
+
+  // LISTEN inside a transaction block still pins the client's server, as before the hub.
+  Run(a, "BEGIN; LISTEN pinned; COMMIT");
+  ASSERT_TRUE(WaitForPinned(fleet, 1));
+  EXPECT_EQ(PoolColumn(fleet, "sv_listening"), 0);
+  Run(notifier, "NOTIFY pinned, 'direct'");
+  NotifyPtr direct = NextNotify(a, std::chrono::seconds(1));
+  ASSERT_NE(direct, nullptr);
+  EXPECT_STREQ(direct->extra, "direct");
+  Run(a, "UNLISTEN *");
+  ASSERT_TRUE(WaitForPinned(fleet, 0));
+}
+
+TEST_F(SessionStateTest, UnlistenAndDiscardAllThroughAServerStopTheHubsDeliveries) {
+  PgfleetProcess fleet(Config());
+  auto a = Client(fleet);
+  auto notifier = Client(fleet);
+  Run(a, "LISTEN jobs");
+  Run(a, "LISTEN audit");
+  // Inside a transaction block the UNLISTEN goes to a server; once it commits the hub stops too.
+  Run(a, "BEGIN; UNLISTEN jobs; COMMIT");
+  Run(notifier, "NOTIFY jobs, 'gone'");
+  Run(notifier, "NOTIFY audit, 'kept'");
+  NotifyPtr kept = NextNotify(a, std::chrono::seconds(1));
+  ASSERT_NE(kept, nullptr);
+  EXPECT_STREQ(kept->relname, "audit");
+  EXPECT_EQ(NextNotify(a, std::chrono::milliseconds(200)), nullptr);
+  // One rolled back changes nothing.
+  Run(a, "BEGIN");
+  Run(a, "UNLISTEN audit");
+  Run(a, "ROLLBACK");
+  Run(notifier, "NOTIFY audit, 'still'");
+  ASSERT_NE(NextNotify(a, std::chrono::seconds(1)), nullptr);
+  // DISCARD ALL is UNLISTEN * too.
+  Run(a, "DISCARD ALL");
+  EXPECT_EQ(PoolColumn(fleet, "cl_listening"), 0);
+  EXPECT_EQ(
+      WaitFor([&] { return PoolColumn(fleet, "sv_listening"); }, [](int n) { return n == 0; }), 0);
+  Run(notifier, "NOTIFY audit, 'after discard'");
+  EXPECT_EQ(NextNotify(a, std::chrono::milliseconds(200)), nullptr);
+  EXPECT_EQ(PinnedServers(fleet), 0);
+}
+
+TEST_F(SessionStateTest, TheHubListensAgainOnANewServerWhenItsServerDies) {
+  PgfleetProcess fleet(Config());
+  auto a = Client(fleet);
+  auto notifier = Client(fleet);
+  Run(a, "LISTEN jobs");
+  // SHOW SERVERS shows the hub's server as listening, and PostgreSQL as the LISTEN it ran.
+  {
+    ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+    int listening = 0;
+    for (const Row& row : RowsOf(Exec(admin, "SHOW SERVERS"))) {
+      if (row.at("state") == "listening") ++listening;
+    }
+    EXPECT_EQ(listening, 1);
+  }
+  const std::string hub_pid = pg().QueryValue(
+      "SELECT pid FROM pg_stat_activity WHERE query = 'LISTEN \"jobs\"' AND state = 'idle'");
+  ASSERT_FALSE(hub_pid.empty());
+  ASSERT_EQ(pg().QueryValue("SELECT pg_terminate_backend(" + hub_pid + ")"), "t");
+  // Another server takes over and LISTENs again (the notifications in between are lost).
+  const std::string new_pid = WaitFor(
+      [&] {
+        return pg().QueryValue(
+            "SELECT coalesce(max(pid)::text, '') FROM pg_stat_activity WHERE query = "
+            "'LISTEN \"jobs\"' AND state = 'idle' AND pid <> " +
+            hub_pid);
+      },
+      [](const std::string& pid) { return !pid.empty(); });
+  ASSERT_FALSE(new_pid.empty());
+  EXPECT_EQ(PoolColumn(fleet, "sv_listening"), 1);
+  Run(notifier, "NOTIFY jobs, 'again'");
+  NotifyPtr again = NextNotify(a, std::chrono::seconds(1));
+  ASSERT_NE(again, nullptr);
+  EXPECT_STREQ(again->extra, "again");
+  EXPECT_EQ(Value(a, "SELECT 1"), "1");  // the listener never noticed
+}
+
+TEST_F(SessionStateTest, APipelinedQueryWaitsBehindAListenThatWaitsForTheHubsServer) {
+  PgfleetProcess fleet(Config());
+  auto a = Client(fleet);
+  auto notifier = Client(fleet);
+  // The pool's first LISTEN: its answer waits for the hub's server; the query pipelined behind it
+  // is answered after it, in order.
+  ASSERT_EQ(PQenterPipelineMode(a.get()), 1);
+  ASSERT_EQ(PQsendQueryParams(a.get(), "LISTEN piped", 0, nullptr, nullptr, nullptr, nullptr, 0),
+            1);
+  ASSERT_EQ(PQpipelineSync(a.get()), 1);
+  ASSERT_EQ(PQsendQueryParams(a.get(), "SELECT 42", 0, nullptr, nullptr, nullptr, nullptr, 0), 1);
+  ASSERT_EQ(PQpipelineSync(a.get()), 1);
+  const ExecStatusType expected[] = {PGRES_COMMAND_OK, PGRES_PIPELINE_SYNC, PGRES_TUPLES_OK,
+                                     PGRES_PIPELINE_SYNC};
+  for (ExecStatusType status : expected) {
+    ResultPtr r(PQgetResult(a.get()));
+    ASSERT_NE(r, nullptr) << ErrorOf(a);
+    ASSERT_EQ(PQresultStatus(r.get()), status) << ErrorOf(a);
+    if (status == PGRES_TUPLES_OK) EXPECT_STREQ(PQgetvalue(r.get(), 0, 0), "42");
+    if (status != PGRES_PIPELINE_SYNC) EXPECT_EQ(PQgetResult(a.get()), nullptr);
+  }
+  ASSERT_EQ(PQexitPipelineMode(a.get()), 1) << ErrorOf(a);
+  EXPECT_EQ(PoolColumn(fleet, "sv_listening"), 1);
+  EXPECT_EQ(PinnedServers(fleet), 0);
+  Run(notifier, "NOTIFY piped, 'p'");
+  ASSERT_NE(NextNotify(a, std::chrono::seconds(1)), nullptr);
 }
 
 TEST_F(SessionStateTest, RefuseAnswersSessionStatementsWithAnErrorAndPassRelaysThem) {
@@ -300,7 +573,9 @@ TEST_F(SessionStateTest, RefuseAnswersSessionStatementsWithAnErrorAndPassRelaysT
     auto neighbour = Client(fleet);
     Run(a, "SET statement_timeout = 1000");
     Run(a, "CREATE TEMP TABLE t (n int)");
+    Run(a, "LISTEN jobs");  // to whatever server, as in PgBouncer: no hub
     EXPECT_EQ(PinnedServers(fleet), 0);
+    EXPECT_EQ(PoolColumn(fleet, "sv_listening"), 0);
     Run(neighbour, "BEGIN");
     const std::string neighbour_pid = Pid(neighbour);
     EXPECT_NE(Pid(a), neighbour_pid);

@@ -82,12 +82,12 @@ TEST(ShowTest, PoolsSumOverWorkersWithPgBouncerColumns) {
   config::Config fleet;
   std::vector<std::string> columns;
   auto rows = Table(&ShowPools, TwoWorkers(&fleet), &columns);
-  EXPECT_THAT(columns,
-              ::testing::ElementsAre("database", "user", "cl_active", "cl_waiting",
-                                     "cl_active_cancel_req", "cl_waiting_cancel_req", "sv_active",
-                                     "sv_active_cancel", "sv_being_canceled", "sv_idle", "sv_used",
-                                     "sv_tested", "sv_login", "maxwait", "maxwait_us", "pool_mode",
-                                     "sv_handed_over", "sv_adopted", "sv_pinned"));
+  EXPECT_THAT(columns, ::testing::ElementsAre(
+                           "database", "user", "cl_active", "cl_waiting", "cl_active_cancel_req",
+                           "cl_waiting_cancel_req", "sv_active", "sv_active_cancel",
+                           "sv_being_canceled", "sv_idle", "sv_used", "sv_tested", "sv_login",
+                           "maxwait", "maxwait_us", "pool_mode", "sv_handed_over", "sv_adopted",
+                           "sv_pinned", "cl_listening", "sv_listening"));
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0]["cl_active"], "6");  // linked + idle, as PgBouncer counts them
   EXPECT_EQ(rows[0]["cl_waiting"], "2");

@@ -22,10 +22,10 @@ constexpr ClientState kAllClientStates[] = {
     ClientState::kStartup, ClientState::kAuth,  ClientState::kAuthQuery,
     ClientState::kWelcome, ClientState::kIdle,  ClientState::kWaiting,
     ClientState::kActive,  ClientState::kAdmin, ClientState::kClosed};
-constexpr ServerState kAllServerStates[] = {ServerState::kConnecting, ServerState::kLogin,
-                                            ServerState::kIdle,       ServerState::kActive,
-                                            ServerState::kTesting,    ServerState::kCanceling,
-                                            ServerState::kDraining,   ServerState::kClosed};
+constexpr ServerState kAllServerStates[] = {
+    ServerState::kConnecting, ServerState::kLogin,     ServerState::kIdle,
+    ServerState::kActive,     ServerState::kTesting,   ServerState::kCanceling,
+    ServerState::kDraining,   ServerState::kListening, ServerState::kClosed};
 
 TEST(ClientStateMachine, ClientLifecyclesThePoolRunsAreLegal) {
   const std::vector<std::vector<ClientState>> paths = {
@@ -82,7 +82,9 @@ TEST(ServerStateMachine, TheServerLifecycleIsLegalAndShortcutsAreNot) {
       ServerState::kIdle, ServerState::kActive,
       // Its client left mid-query: drained, then reset or returned to the pool.
       ServerState::kDraining, ServerState::kIdle, ServerState::kActive, ServerState::kDraining,
-      ServerState::kTesting, ServerState::kIdle, ServerState::kClosed};
+      ServerState::kTesting, ServerState::kIdle,
+      // The LISTEN hub holds it while clients listen, then it serves again.
+      ServerState::kListening, ServerState::kIdle, ServerState::kListening, ServerState::kClosed};
   for (size_t i = 1; i < life.size(); ++i) {
     EXPECT_TRUE(IsLegalServerMove(life[i - 1], life[i]))
         << ServerStateName(life[i - 1]) << " -> " << ServerStateName(life[i]);
@@ -95,6 +97,9 @@ TEST(ServerStateMachine, TheServerLifecycleIsLegalAndShortcutsAreNot) {
   // A draining server is linked only once it is back in the pool.
   EXPECT_FALSE(IsLegalServerMove(ServerState::kDraining, ServerState::kActive));
   EXPECT_FALSE(IsLegalServerMove(ServerState::kIdle, ServerState::kDraining));
+  // The hub's server is never linked to a client while it listens.
+  EXPECT_FALSE(IsLegalServerMove(ServerState::kListening, ServerState::kActive));
+  EXPECT_FALSE(IsLegalServerMove(ServerState::kActive, ServerState::kListening));
   for (ServerState state : kAllServerStates) {
     EXPECT_FALSE(IsLegalServerMove(state, state)) << ServerStateName(state);
     EXPECT_FALSE(IsLegalServerMove(ServerState::kClosed, state));

@@ -139,5 +139,22 @@ TEST(ClassifyTest, TextPostgreSQLWouldRejectChangesNothing) {
   EXPECT_THAT(c.effects, IsEmpty());
 }
 
+TEST(ClassifyTest, CountsTheStatementsOfAQuery) {
+  EXPECT_EQ(Classify("LISTEN a").statements, 1);
+  EXPECT_EQ(Classify("LISTEN a;").statements, 1);
+  EXPECT_EQ(Classify("LISTEN a; SELECT 1").statements, 2);
+  EXPECT_EQ(Classify("LISTEN").statements, 0);  // does not parse
+}
+
+TEST(StartsWithListenVerbTest, OnlyListenAndUnlistenAfterBlanksAndComments) {
+  EXPECT_TRUE(StartsWithListenVerb("LISTEN a"));
+  EXPECT_TRUE(StartsWithListenVerb(" /* x */ unlisten *"));
+  EXPECT_TRUE(StartsWithListenVerb("-- c\nListen a"));
+  EXPECT_FALSE(StartsWithListenVerb("LISTENER"));
+  EXPECT_FALSE(StartsWithListenVerb("NOTIFY a"));
+  EXPECT_FALSE(StartsWithListenVerb("SELECT 1; LISTEN a"));
+  EXPECT_EQ(QuoteIdentifier("Mixed \"Case\""), "\"Mixed \"\"Case\"\"\"");
+}
+
 }  // namespace
 }  // namespace pgfleet::sql
