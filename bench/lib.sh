@@ -348,11 +348,56 @@ pgfleet_private_copy() {
   PGFLEET_BIN="$BENCH_TMP/bin/pgfleet"
 }
 
-# pgfleet_start NAME WORKERS DB [EXTRA_YAML]: one pgfleet (supervisor; WORKERS workers once the
+# Client-side settings every pooler gets alike (issue 18's matrix):
+#   AUTH=trust        trust | md5 | scram: how the poolers authenticate clients (servers stay
+#                     trust); clients send BENCH_PASSWORD (exported as PGPASSWORD)
+#   CLIENT_TLS=off    on: the poolers require TLS from clients (a throwaway self-signed RSA 2048
+#                     certificate); pooler_client_env then gives pgbench PGSSLMODE=require
+: "${AUTH:=trust}"
+: "${CLIENT_TLS:=off}"
+BENCH_PASSWORD=bench
+export PGPASSWORD=$BENCH_PASSWORD
+case "$AUTH" in
+trust | md5) AUTH_NAME=$AUTH ;;
+scram) AUTH_NAME=scram-sha-256 ;;
+*) die "AUTH must be trust, md5 or scram" ;;
+esac
+[[ "$CLIENT_TLS" == on || "$CLIENT_TLS" == off ]] || die "CLIENT_TLS must be on or off"
+
+# bench_userlist FILE USER...: a PgBouncer-format auth file with BENCH_PASSWORD for each USER.
+bench_userlist() {
+  local file=$1 u
+  shift
+  : >"$file"
+  for u in "$@" postgres; do printf '"%s" "%s"\n' "$u" "$BENCH_PASSWORD" >>"$file"; done
+}
+
+# client_tls_files: BENCH_TMP/client-tls/server.{crt,key}, made once.
+client_tls_files() {
+  local d="$BENCH_TMP/client-tls"
+  [[ -f "$d/server.key" ]] && return 0
+  mkdir -p "$d"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=127.0.0.1" \
+    -keyout "$d/server.key" -out "$d/server.crt" >"$d/openssl.log" 2>&1 ||
+    die "openssl failed; see $d/openssl.log"
+  chmod 0644 "$d/server.key" # PgBouncer runs as BENCH_USER and reads it
+}
+
+# pooler_client_env NAME: the environment pgbench needs for target NAME (TLS or not).
+pooler_client_env() {
+  if [[ "$CLIENT_TLS" == on && -n "${TARGET_PID[$1]:-}" ]]; then
+    echo PGSSLMODE=require
+  else
+    echo PGSSLMODE=disable
+  fi
+}
+
+# pgfleet_start NAME WORKERS DB [EXTRA_YAML] [USER]: one pgfleet (supervisor; WORKERS workers once the
 # supervisor exists) listening on a free port, pooling DB on the private PostgreSQL with
 # default_pool_size POOL_SIZE. EXTRA_YAML is appended to the config (admin users, server TLS).
+# USER (with AUTH other than trust) goes into the auth file.
 pgfleet_start() {
-  local name=$1 workers=$2 db=$3 extra=${4:-} dir port pid
+  local name=$1 workers=$2 db=$3 extra=${4:-} user=${5:-} dir port pid auth_yaml tls_yaml=""
   [[ -x "$PGFLEET_BIN" ]] || die "pgfleet not found at PGFLEET_BIN=$PGFLEET_BIN"
   pgfleet_private_copy
   dir="$BENCH_TMP/$name"
@@ -367,6 +412,15 @@ pgfleet_start() {
   fi
   TARGET_METRICS[$name]=$metrics_listen
   mkdir -p "$dir"
+  auth_yaml="{type: trust}"
+  if [[ "$AUTH" != trust ]]; then
+    bench_userlist "$dir/userlist.txt" $user
+    auth_yaml="{type: $AUTH_NAME, file: $dir/userlist.txt}"
+  fi
+  if [[ "$CLIENT_TLS" == on ]]; then
+    client_tls_files
+    tls_yaml="tls: {client_tls_sslmode: require, client_tls_cert_file: $BENCH_TMP/client-tls/server.crt, client_tls_key_file: $BENCH_TMP/client-tls/server.key}"
+  fi
   cat >"$dir/pgfleet.yaml" <<EOF
 listen: {address: 127.0.0.1, port: $port, unix_socket_dir: $dir}
 workers: $workers
@@ -377,7 +431,8 @@ pool:
   default_pool_size: $POOL_SIZE
   max_client_conn: $MAX_CLIENT_CONN
 ${PGFLEET_POOL_EXTRA:-}
-auth: {type: trust}
+auth: $auth_yaml
+$tls_yaml
 log: {level: ${PGFLEET_LOG_LEVEL:-info}, log_connections: false, log_disconnections: false}
 metrics: {listen: "$metrics_listen"}
 $extra
@@ -442,7 +497,14 @@ pgbouncer_start() {
   for ((i = 0; i < procs; i++)); do
     dir="$BENCH_TMP/$name/$i"
     mkdir -p "$dir"
-    printf '"%s" ""\n"postgres" ""\n' "$user" >"$dir/userlist.txt"
+    bench_userlist "$dir/userlist.txt" "$user"
+    local tls_ini=""
+    if [[ "$CLIENT_TLS" == on ]]; then
+      client_tls_files
+      tls_ini="client_tls_sslmode = require
+client_tls_cert_file = $BENCH_TMP/client-tls/server.crt
+client_tls_key_file = $BENCH_TMP/client-tls/server.key"
+    fi
     cat >"$dir/pgbouncer.ini" <<EOF
 [databases]
 $db = host=127.0.0.1 port=$PG_PORT dbname=$db
@@ -454,7 +516,8 @@ so_reuseport = $((procs > 1 ? 1 : 0))
 unix_socket_dir = $dir
 pidfile = $dir/pgbouncer.pid
 logfile = $dir/pgbouncer.log
-auth_type = trust
+auth_type = $AUTH_NAME
+$tls_ini
 auth_file = $dir/userlist.txt
 pool_mode = transaction
 default_pool_size = $POOL_SIZE

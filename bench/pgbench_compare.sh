@@ -26,6 +26,13 @@
 #   SYSCALL_PASS=separate  separate: count syscalls in an extra DURATION run per pooler and
 #                        client count, so tracing never inflates the CPU figures; same: count
 #                        during the CPU runs (shorter, but CPU/tx includes tracing overhead)
+#   AUTH=trust           trust | md5 | scram: client authentication at every pooler (lib.sh)
+#   CLIENT_TLS=off       on: every pooler requires TLS from clients; pgbench uses sslmode=require
+#   PGFLEET_METRICS=on   off: pgfleet without its /metrics endpoint (lib.sh)
+#   PROFILE=off          on: one more DURATION run per pooler and client count under `perf record`
+#                        (the pooler's processes only; TPS/CPU come from the untraced runs), then
+#                        where its CPU went: share of samples per binary/kernel and top symbols
+#   PROFILE_TOP=25       symbols listed per profile
 #   PGFLEET_BIN, PGBOUNCER_BIN, PG_BINDIR, BENCH_USER, KEEP_TMP: see lib.sh
 #   RESULTS_TSV          also write the raw per-run figures to this file
 set -euo pipefail
@@ -67,7 +74,8 @@ echo "settings:    clients=[$CLIENTS] duration=${DURATION}s rounds=$ROUNDS warmu
   "targets=[$TARGETS] pool_mode=transaction pool_size=$POOL_SIZE" \
   "max_client_conn=$MAX_CLIENT_CONN scale=$SCALE protocol=$PROTOCOL" \
   "pgbench_threads=${JOBS:-$default_jobs} syscalls=${SYSCALL_TOOL:-n/a}" \
-  "syscall_pass=$SYSCALL_PASS"
+  "syscall_pass=$SYSCALL_PASS auth=$AUTH client_tls=$CLIENT_TLS" \
+  "pgfleet_metrics=${PGFLEET_METRICS:-on} profile=${PROFILE:-off}"
 echo "postgres:    fsync=off synchronous_commit=off full_page_writes=off autovacuum=off" \
   "(benchmark-only cluster)"
 echo
@@ -108,8 +116,11 @@ for name in "${names[@]}"; do
   case "${KIND[$name]}" in
   direct) direct_target "$name" ;;
   pgbouncer) pgbouncer_start "$name" "${COUNT[$name]}" "$DB" "${ROLE[$name]}" ;;
-  pgfleet) pgfleet_start "$name" "${COUNT[$name]}" "$DB" ;;
-  pgfleetpass) PGFLEET_POOL_EXTRA="  session_state: pass" pgfleet_start "$name" "${COUNT[$name]}" "$DB" ;;
+  pgfleet) pgfleet_start "$name" "${COUNT[$name]}" "$DB" "" "${ROLE[$name]}" ;;
+  pgfleetpass)
+    PGFLEET_POOL_EXTRA="  session_state: pass" \
+      pgfleet_start "$name" "${COUNT[$name]}" "$DB" "" "${ROLE[$name]}"
+    ;;
   esac
 done
 
@@ -127,12 +138,21 @@ pooler_pids() {
   descendants $pids
 }
 
+# env_run_pgbench NAME OUT ARGS...: run_pgbench with target NAME's client environment (TLS).
+env_run_pgbench() {
+  local name=$1 rc=0
+  shift
+  local -x "$(pooler_client_env "$name")"
+  run_pgbench "$@" || rc=$?
+  return $rc
+}
+
 failures=0
 if ((WARMUP > 0)); then
   for name in "${names[@]}"; do
     log "warm-up ${LABEL[$name]}: ${WARMUP}s at $max_clients clients"
     # shellcheck disable=SC2046
-    run_pgbench "$BENCH_TMP/warmup-$name.out" \
+    env_run_pgbench "$name" "$BENCH_TMP/warmup-$name.out" \
       $(pgbench_args "$max_clients" "${TARGET_PORT[$name]}" "${ROLE[$name]}" "$WARMUP") ||
       {
         log "warm-up through ${LABEL[$name]} failed:"
@@ -163,8 +183,8 @@ measure() {
   m0=$(machine_busy_ticks)
   t0=$(date +%s.%N)
   # shellcheck disable=SC2046
-  run_pgbench "$out" $(pgbench_args "$c" "${TARGET_PORT[$name]}" "${ROLE[$name]}" "$DURATION") ||
-    rc=$?
+  env_run_pgbench "$name" "$out" \
+    $(pgbench_args "$c" "${TARGET_PORT[$name]}" "${ROLE[$name]}" "$DURATION") || rc=$?
   t1=$(date +%s.%N)
   sleep 0.2 # let the postmaster reap direct backends so their CPU lands in its cutime
   m1=$(machine_busy_ticks)
@@ -206,6 +226,29 @@ measure() {
     "pooler_cpu=$(((p1 - p0) * 1000 / CLK_TCK))ms syscalls=$sc"
 }
 
+# profile_run NAME CLIENTS: one pgbench run with `perf record` on the pooler's processes; the
+# reports land in $BENCH_TMP/perf-NAME-cCLIENTS.{dso,sym} for the report below.
+profile_run() {
+  local name=$1 c=$2 pids data rec
+  data="$BENCH_TMP/perf-$name-c$c"
+  pids=$(echo $(pooler_pids "$name"))
+  [[ -n "$pids" ]] || return 0
+  perf record -q -F "${PROFILE_HZ:-1999}" -o "$data.data" -p "${pids// /,}" >"$data.log" 2>&1 &
+  rec=$!
+  track_pid "$rec" INT
+  sleep 0.5 # let it attach before the load starts
+  # shellcheck disable=SC2046
+  env_run_pgbench "$name" "$data.pgbench" \
+    $(pgbench_args "$c" "${TARGET_PORT[$name]}" "${ROLE[$name]}" "$DURATION") ||
+    log "profile run through ${LABEL[$name]} failed; see $data.pgbench"
+  stop_pid "$rec" 30
+  perf report -i "$data.data" --stdio --no-children --sort dso --percent-limit 1 2>/dev/null |
+    grep -v -e '^#' -e '^$' | head -n 8 >"$data.dso"
+  perf report -i "$data.data" --stdio --no-children --sort dso,sym --percent-limit 0.5 \
+    2>/dev/null | grep -v -e '^#' -e '^$' | head -n "${PROFILE_TOP:-25}" >"$data.sym"
+  rm -f "$data.data"
+}
+
 # With SYSCALL_PASS=separate (default) the perf tracepoint never runs during the runs that give
 # TPS and CPU: counting raw_syscalls makes every traced syscall take the slow path, which adds
 # pooler CPU in proportion to its syscall count. Syscalls come from an extra run per pooler.
@@ -229,6 +272,13 @@ for ((r = 1; r <= ROUNDS; r++)); do
         [[ "${KIND[$name]}" != direct ]] || continue
         log "round $r/$ROUNDS: ${LABEL[$name]} clients=$c for ${DURATION}s (syscall count)"
         measure "$name" "$c" "$r" sys
+      done
+    fi
+    if [[ "${PROFILE:-off}" == on && $r == 1 ]]; then
+      for name in "${names[@]}"; do
+        [[ "${KIND[$name]}" != direct ]] || continue
+        log "profile: ${LABEL[$name]} clients=$c for ${DURATION}s (perf record)"
+        profile_run "$name" "$c"
       done
     fi
   done
@@ -350,6 +400,20 @@ for name in "${names[@]}"; do
     grep -iE 'level=(error|warn)|fatal|panic' ${TARGET_LOGS[$name]} | head -n 10 | sed 's/^/  /'
   fi
 done
+
+if [[ "${PROFILE:-off}" == on ]]; then
+  echo
+  echo "== profiles (perf record -F ${PROFILE_HZ:-1999} on the pooler's processes, round 1; % of samples)"
+  for c in $CLIENTS; do
+    for name in "${names[@]}"; do
+      [[ "${KIND[$name]}" != direct ]] || continue
+      echo "-- ${LABEL[$name]}, $c clients: by binary"
+      cat "$BENCH_TMP/perf-$name-c$c.dso" 2>/dev/null || echo "(no profile)"
+      echo "-- ${LABEL[$name]}, $c clients: top symbols"
+      cat "$BENCH_TMP/perf-$name-c$c.sym" 2>/dev/null || echo "(no profile)"
+    done
+  done
+fi
 if ((failures > 0)); then
   echo "FAILED: $failures run(s) had errors (logs kept in $BENCH_TMP)"
   exit 1
