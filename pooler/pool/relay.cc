@@ -572,6 +572,7 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
     case 'Z': {
       auto status = protocol::ParseReadyForQuery(body);
       if (status.ok()) tx_status_ = *status;
+      statements_answered_ = 0;
       if (hidden_rfq_ > 0) {
         --hidden_rfq_;
         return false;
@@ -589,8 +590,11 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
     case 'C':
     case 'I':
     case 's':
-      if (!hidden && type == 'C' && !tx_effects_.empty()) OnSessionServerMessage(type, body);
+      if (!hidden && type == 'C' && (!tx_effects_.empty() || !staged_.empty())) {
+        OnSessionServerMessage(type, body);
+      }
       if (!hidden) {
+        ++statements_answered_;
         // The first end of a statement after a CopyInResponse is the COPY's: it succeeded.
         if (maybe_syncs_) ResolveMaybeSyncs(/*copy_failed=*/false);
         OnServerProgress(type);

@@ -351,6 +351,11 @@ class Relay {
   std::deque<StagedEffects> staged_;
   sql::Effects tx_effects_;
   bool tx_rolled_back_ = false;
+  // Statements of the batch being answered that have ended (CommandComplete, EmptyQuery,
+  // PortalSuspended) and Executes of the batch being sent: they order a batch's effects against
+  // a ROLLBACK inside that batch (`BEGIN; SET ...; ROLLBACK` in one Query).
+  uint32_t statements_answered_ = 0;
+  uint32_t executes_in_batch_ = 0;
   // A staged batch calls pg_try_advisory_lock: its DataRows are read whole (OnTryLockRow).
   bool watch_try_lock_rows_ = false;
   SessionSettings applied_;

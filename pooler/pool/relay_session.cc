@@ -68,17 +68,20 @@ Relay::SessionStep Relay::OnSessionMessage(const protocol::StreamDecoder::Piece&
                                            RelayOutput& to_server) {
   ClientStream& client = *client_;
   const uint8_t type = piece.header.type;
+  if (type == 'S') executes_in_batch_ = 0;
   if (type != 'Q' && type != 'P' && type != 'B' && type != 'E' && type != 'C') {
     return SessionStep::kRelay;
   }
   // Bind and Execute matter only for statements known to change the session.
   if ((type == 'B' || type == 'E' || type == 'C') && client.statement_effects.empty() &&
       client.portal_effects.empty() && !client.unnamed_refused) {
+    if (type == 'E') ++executes_in_batch_;
     return SessionStep::kRelay;
   }
   if (!piece.whole()) {
-    return piece.header.total_size() <= kMaxClassifiedMessage ? SessionStep::kNeedMore
-                                                              : SessionStep::kRelay;
+    if (piece.header.total_size() <= kMaxClassifiedMessage) return SessionStep::kNeedMore;
+    if (type == 'E') ++executes_in_batch_;
+    return SessionStep::kRelay;
   }
   protocol::Reader reader(piece.body());
   switch (type) {
@@ -160,10 +163,14 @@ Relay::SessionStep Relay::OnSessionMessage(const protocol::StreamDecoder::Piece&
       return SessionStep::kRelay;
     }
     case 'E': {
+      ++executes_in_batch_;
       std::string_view portal;
       if (reader.ReadCString(&portal) && portal.empty() && !client.portal_effects.empty()) {
-        // Answered with the ReadyForQuery of the Sync that ends this batch.
-        StageEffects(client.portal_effects, rfq_owed_.size() + 1);
+        // Answered with the ReadyForQuery of the Sync that ends this batch; it is the batch's
+        // executes_in_batch_-th statement.
+        sql::Effects effects = client.portal_effects;
+        for (sql::Effect& effect : effects) effect.statement = executes_in_batch_ - 1;
+        StageEffects(std::move(effects), rfq_owed_.size() + 1);
       }
       return SessionStep::kRelay;
     }
@@ -267,13 +274,23 @@ void Relay::OnSessionServerMessage(uint8_t type, std::span<const uint8_t> body) 
         if (staged.answers_left == 1) staged.failed = true;
       }
       break;
-    case 'C':
-      if (!tx_effects_.empty()) {
-        auto tag = protocol::ParseCommandComplete(body);
-        // COMMIT of a failed transaction reports ROLLBACK too.
-        if (tag.ok() && *tag == "ROLLBACK") tx_rolled_back_ = true;
+    case 'C': {
+      auto tag = protocol::ParseCommandComplete(body);
+      // COMMIT of a failed transaction reports ROLLBACK too. What the transaction did is undone
+      // now: the effects of earlier batches, and those of this batch's statements before the
+      // ROLLBACK (`BEGIN; SET ...; ROLLBACK` in one Query). Later statements of the batch run
+      // after it and keep theirs.
+      if (!tag.ok() || *tag != "ROLLBACK") break;
+      tx_effects_.clear();
+      tx_rolled_back_ = false;
+      for (StagedEffects& staged : staged_) {
+        if (staged.answers_left != 1) continue;  // not the batch being answered
+        std::erase_if(staged.effects, [this](const sql::Effect& effect) {
+          return effect.transactional() && effect.statement < statements_answered_;
+        });
       }
       break;
+    }
     case 'Z':
       SettleSessionEffects();
       break;

@@ -40,6 +40,9 @@ struct Effect {
   // server's default back for the next client.
   std::string apply_sql;
   std::string reset_sql;
+  // Which statement of its Query made it (0 for the first): the relay matches it against the
+  // statements answered so far, so that a ROLLBACK later in the same Query undoes it.
+  uint32_t statement = 0;
 
   // Whether the effect is undone when its transaction rolls back. Session advisory locks and
   // SQL prepared statements are not transactional in PostgreSQL: they stay after a ROLLBACK.

@@ -213,6 +213,12 @@ class Walker {
 
   Effects Take() { return std::move(effects_); }
 
+  // Marks the effects of the statement just walked as the index-th statement's.
+  void EndStatement(uint32_t index) {
+    for (size_t i = marked_; i < effects_.size(); ++i) effects_[i].statement = index;
+    marked_ = effects_.size();
+  }
+
  private:
   void Add(EffectKind kind, std::string name = "") {
     effects_.push_back(Effect{kind, std::move(name), "", ""});
@@ -316,6 +322,7 @@ class Walker {
 
   std::string_view sql_;
   Effects effects_;
+  size_t marked_ = 0;  // effects_[0, marked_) carry their statement index
 };
 
 }  // namespace
@@ -367,7 +374,11 @@ Classification Classify(std::string_view sql) {
     return out;
   }
   Walker walker(text);
-  for (const auto& raw : tree.stmts()) walker.Statement(raw);
+  uint32_t index = 0;
+  for (const auto& raw : tree.stmts()) {
+    walker.Statement(raw);
+    walker.EndStatement(index++);
+  }
   out.effects = walker.Take();
   out.statements = tree.stmts_size();
   return out;

@@ -129,6 +129,24 @@ TEST_F(SessionStateTest, SettingsFollowTheirClientToEveryServerAndNeverReachAnot
   Run(a, "BEGIN");
   Run(a, "SET LOCAL maintenance_work_mem = '9MB'");  // ends with its transaction
   Run(a, "COMMIT");
+  // A ROLLBACK in the same Query undoes the SETs before it, not those after it.
+  Run(a, "BEGIN; SET cpu_tuple_cost = 0.5; ROLLBACK; SET cpu_index_tuple_cost = 0.25");
+  // The same in one extended-protocol batch (a pipeline of four statements, one Sync).
+  ASSERT_EQ(PQenterPipelineMode(a.get()), 1);
+  for (const char* sql :
+       {"BEGIN", "SET seq_page_cost = 3", "ROLLBACK", "SET random_page_cost = 5"}) {
+    ASSERT_EQ(PQsendQueryParams(a.get(), sql, 0, nullptr, nullptr, nullptr, nullptr, 0), 1);
+  }
+  ASSERT_EQ(PQpipelineSync(a.get()), 1);
+  for (int i = 0; i < 4; ++i) {
+    ResultPtr r(PQgetResult(a.get()));
+    ASSERT_EQ(PQresultStatus(r.get()), PGRES_COMMAND_OK) << ErrorOf(a);
+    ResultPtr end(PQgetResult(a.get()));
+    ASSERT_EQ(end, nullptr);
+  }
+  ResultPtr sync(PQgetResult(a.get()));
+  ASSERT_EQ(PQresultStatus(sync.get()), PGRES_PIPELINE_SYNC);
+  ASSERT_EQ(PQexitPipelineMode(a.get()), 1) << ErrorOf(a);
 
   std::set<std::string> a_servers;
   for (int round = 0; round < 4; ++round) {
@@ -153,6 +171,10 @@ TEST_F(SessionStateTest, SettingsFollowTheirClientToEveryServerAndNeverReachAnot
     EXPECT_EQ(Value(a, "SHOW work_mem"), "4MB");
     EXPECT_EQ(Value(a, "SHOW idle_in_transaction_session_timeout"), "77s");
     EXPECT_EQ(Value(a, "SHOW maintenance_work_mem"), "64MB");
+    EXPECT_EQ(Value(a, "SHOW cpu_tuple_cost"), "0.01");
+    EXPECT_EQ(Value(a, "SHOW cpu_index_tuple_cost"), "0.25");
+    EXPECT_EQ(Value(a, "SHOW seq_page_cost"), "1");
+    EXPECT_EQ(Value(a, "SHOW random_page_cost"), "5");
     if (round % 2 == 1) Run(a, "COMMIT");
     Run(neighbour, "COMMIT");
   }
