@@ -13,9 +13,9 @@
 # refuse root), raises the descriptor limit, starts PostgreSQL once as a preflight (initdb, the
 # benchmarks' settings, a parallel query; if that fails it tries mmap, then System V shared
 # memory, and keeps what works in PG_EXTRA_ARGS), then runs, each part bounded by `timeout`:
-#   A  bench/pgbench_compare.sh  TARGETS="direct pgbouncer:1 pgfleet:1 pgbouncer:16 pgfleet:16
-#      pgfleet:4 pgfleet:8" (ratios pair pgfleet:1/pgbouncer:1 and pgfleet:16/pgbouncer:16;
-#      pgfleet 1/4/8/16 shows the scaling)
+#   A  bench/pgbench_compare.sh  TARGETS="pgbouncer:1 pgfleet:1 pgbouncer:16 pgfleet:16 pgfleet:4"
+#      at 8 32 64 128 256 clients (ratios pair pgfleet:1/pgbouncer:1 and pgfleet:16/pgbouncer:16;
+#      pgfleet 1/4/16 shows the scaling, PgBouncer 16/1 the published fleet's 3.9x)
 #   B  bench/pod_pool_compare.sh (workers 4 vs 1 on one pod pool, then the hand-off latency)
 # A failure or timeout of one part never skips the other. Results in OUT (at most 6 files):
 #   summary.txt   machine, bundle, exact commands and environment, each part's report tables
@@ -24,8 +24,8 @@
 #   logs.tar.gz   the benchmarks' own temporary folders: pooler/PostgreSQL logs, configs, pgbench
 #                 outputs (no data directories, no per-transaction latency logs)
 #
-# Knobs (environment): QUICK=1; TOTAL_BUDGET (430 s: part A gets what part B's limit leaves);
-# A_LIMIT (240) A_TARGETS A_CLIENTS ("64 256") A_DURATION (8) A_WARMUP (2) A_ROUNDS (1) A_SCALE (10)
+# Knobs (environment): QUICK=1; TOTAL_BUDGET (480 s: part A gets what part B's limit leaves);
+# A_LIMIT (270) A_TARGETS A_CLIENTS ("8 32 64 128 256") A_DURATION (5) A_WARMUP (2) A_ROUNDS (1) A_SCALE (10)
 # A_POOL_SIZE (20); B_LIMIT (150) B_CLIENTS ("16 64") B_DURATION (8) B_WARMUP (2) B_SCALE (10)
 # B_HANDOFF_SAMPLES (200) B_BURST_SAMPLES (100) B_TLS_SAMPLES (60) B_TLS (auto); JOBS (pgbench
 # threads, default nproc/2); PARTS ("A B"); PG_EXTRA_ARGS (appended to the postmaster's command
@@ -44,7 +44,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PG_EXTRA_ARGS_GIVEN=${PG_EXTRA_ARGS+given}
 : "${PG_EXTRA_ARGS:=}"
 : "${PARTS:=A B}"
-: "${TOTAL_BUDGET:=430}"
+: "${TOTAL_BUDGET:=480}"
 START=$SECONDS
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -491,9 +491,11 @@ else
     : "${B_CLIENTS:=4 8}" "${B_DURATION:=2}" "${B_WARMUP:=1}" "${B_SCALE:=1}"
     : "${B_HANDOFF_SAMPLES:=30}" "${B_BURST_SAMPLES:=20}" "${B_TLS_SAMPLES:=20}"
   fi
-  : "${A_LIMIT:=240}" "${A_CLIENTS:=64 256}" "${A_DURATION:=8}" "${A_WARMUP:=2}" "${A_ROUNDS:=1}"
-  : "${A_SCALE:=10}" "${A_POOL_SIZE:=20}"
-  : "${A_TARGETS:=direct pgbouncer:1 pgfleet:1 pgbouncer:16 pgfleet:16 pgfleet:4 pgfleet:8}"
+  # Issue 18's run: PgBouncer x1 and x16 (so_reuseport) and pgfleet with 16 workers (1 and 4 for
+  # the scaling curve) at 8 to 256 clients; 25 runs of 5 s fit part A's limit.
+  : "${A_LIMIT:=270}" "${A_CLIENTS:=8 32 64 128 256}" "${A_DURATION:=5}" "${A_WARMUP:=2}"
+  : "${A_ROUNDS:=1}" "${A_SCALE:=10}" "${A_POOL_SIZE:=20}"
+  : "${A_TARGETS:=pgbouncer:1 pgfleet:1 pgbouncer:16 pgfleet:16 pgfleet:4}"
   : "${B_LIMIT:=150}" "${B_CLIENTS:=16 64}" "${B_DURATION:=8}" "${B_WARMUP:=2}" "${B_SCALE:=10}"
   : "${B_HANDOFF_SAMPLES:=200}" "${B_BURST_SAMPLES:=100}" "${B_TLS_SAMPLES:=60}" "${B_TLS:=auto}"
 
@@ -503,7 +505,7 @@ else
     [[ " $PARTS " != *" B "* ]] || left=$((left - B_LIMIT - 20))
     a_limit=$((A_LIMIT < left ? A_LIMIT : left))
     ((a_limit >= 30)) || a_limit=30
-    run_part A "fleet scaling, pgbench -S: direct, pgbouncer 1/16, pgfleet 1/4/8/16" "$a_limit" \
+    run_part A "fleet scaling, pgbench -S: pgbouncer 1/16, pgfleet 1/4/16" "$a_limit" \
       "$OUT/a-fleet.log" -- TARGETS="$A_TARGETS" CLIENTS="$A_CLIENTS" DURATION="$A_DURATION" \
       WARMUP="$A_WARMUP" ROUNDS="$A_ROUNDS" SCALE="$A_SCALE" POOL_SIZE="$A_POOL_SIZE" \
       JOBS="$JOBS" SYSCALLS=off RESULTS_TSV="$OUT/a-fleet.tsv" \
