@@ -3,6 +3,9 @@ mode"): psycopg 3 (extended protocol, non-autocommit transactions) and asyncpg. 
 holding a transaction on a pool of 2 makes the client under test change servers."""
 
 import asyncio
+import select
+import time
+import urllib.request
 
 import asyncpg
 import psycopg
@@ -93,3 +96,57 @@ def test_asyncpg_temp_table_and_prepared_statement(pg, pgfleet):
             await neighbour.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def _next_notify(conn, timeout):
+    """(channel, payload) of the next notification `conn` receives within `timeout` seconds
+    (a bounded wait on its socket), or None."""
+    deadline = time.monotonic() + timeout
+    while True:
+        conn.pgconn.consume_input()
+        n = conn.pgconn.notifies()
+        if n is not None:
+            return n.relname.decode(), n.extra.decode()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        select.select([conn.fileno()], [], [], min(left, 0.05))
+
+
+def _metric(fleet, name):
+    """Sum of a pgfleet metric's samples on /metrics."""
+    url = f"http://127.0.0.1:{fleet.metrics_port}/metrics"
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def test_psycopg_listeners_share_the_hub_and_get_another_clients_notify(pgfleet):
+    # Three listeners and a pool of 3 on 2 workers: pinned listeners (one server each) would
+    # leave no server for the notifier's transaction, which then fails after 5 s.
+    fleet = pgfleet(workers=2, pool_size=3, pool_extra=", query_wait_timeout: 5s")
+    listeners = [psycopg.connect(fleet.dsn(), autocommit=True) for _ in range(3)]
+    try:
+        for conn in listeners:
+            conn.execute('LISTEN "Jobs"')
+        with psycopg.connect(fleet.dsn()) as notifier:
+            notifier.execute("SELECT pg_notify('Jobs', 'first')")
+            notifier.commit()
+            for conn in listeners:
+                assert _next_notify(conn, 1.0) == ("Jobs", "first")
+            # Workers publish their pools' counts every second or so: a bounded poll.
+            deadline = time.monotonic() + 5
+            while not 1 <= _metric(fleet, "pgfleet_pools_server_listening_connections") <= 2:
+                assert time.monotonic() < deadline, "no listening server in the metrics"
+                time.sleep(0.1)
+            assert _metric(fleet, "pgfleet_pools_server_pinned_connections") == 0
+            # UNLISTEN stops delivery to that client only.
+            listeners[0].execute('UNLISTEN "Jobs"')
+            notifier.execute("NOTIFY \"Jobs\", 'second'")
+            notifier.commit()
+            for conn in listeners[1:]:
+                assert _next_notify(conn, 1.0) == ("Jobs", "second")
+            assert _next_notify(listeners[0], 0.3) is None
+    finally:
+        for conn in listeners:
+            conn.close()
