@@ -120,6 +120,10 @@ std::string PodServerCounts::PoolKeyText(std::string_view database, std::string_
   return base::StrCat("p", database.size(), ":", database, user);
 }
 
+std::string PodServerCounts::PinKeyText(std::string_view database, std::string_view user) {
+  return base::StrCat("n", database.size(), ":", database, user);
+}
+
 std::string PodServerCounts::DatabaseKeyText(std::string_view database) {
   return base::StrCat("d", database);
 }

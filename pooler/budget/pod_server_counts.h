@@ -57,6 +57,8 @@ class PodServerCounts {
   static std::string PoolKeyText(std::string_view database, std::string_view user);
   static std::string DatabaseKeyText(std::string_view database);
   static std::string UserKeyText(std::string_view user);
+  // Servers of a pool pinned to their clients by session state (max_pinned_servers is the pod's).
+  static std::string PinKeyText(std::string_view database, std::string_view user);
   // The key for `text`, added on first use; nullopt when the table is full or the text too long.
   std::optional<Key> Intern(std::string_view text);
 

@@ -34,11 +34,16 @@ struct ServerCredentials {
   std::optional<auth::ScramKey> scram_client_key;  // recovered from a client's SCRAM login
 };
 
-// max_pinned_servers for one pool in one worker (relay.h's PinLimit), and pins counted by the
-// reason that first pinned each client's server.
+// max_pinned_servers for one pool (relay.h's PinLimit), and pins counted by the reason that
+// first pinned each client's server. The limit is the pod's: every worker's pins of the pool are
+// counted in the pod's shared counts under the pool's pin key (a dead worker's returned by the
+// supervisor), so N workers never pin N times the limit; this worker's own count feeds SHOW POOLS
+// and the metrics, which add up over the workers.
 class PinnedServers final : public PinLimit {
  public:
-  bool MayPin() const override { return pinned_ < limit_; }
+  PinnedServers(budget::PodServerCounts* pod, std::string key_text)
+      : pod_(pod), key_text_(std::move(key_text)) {}
+  bool MayPin() const override;
   int limit() const override { return limit_; }
   void OnPinChanged(bool pinned, uint32_t pin_mask) override;
   void set_limit(int limit) { limit_ = limit; }
@@ -46,6 +51,14 @@ class PinnedServers final : public PinLimit {
   uint64_t pins_total(PinReason reason) const { return pins_total_[static_cast<int>(reason)]; }
 
  private:
+  // The pod's count key, interned on first use (the worker has attached the pod's region by the
+  // time a client can pin); nullopt when the table is full: then only this worker counts.
+  std::optional<budget::PodServerCounts::Key> PodKey() const;
+
+  budget::PodServerCounts* pod_;
+  std::string key_text_;
+  mutable std::optional<budget::PodServerCounts::Key> key_;
+  mutable bool key_known_ = false;
   int pinned_ = 0;
   int limit_ = 1;
   std::array<uint64_t, kPinReasonCount> pins_total_{};

@@ -311,6 +311,31 @@ TEST_F(SessionStateTest, ThePinnedServerLimitRefusesWithAnErrorAndTheClientGoesO
   ASSERT_TRUE(WaitForPinned(fleet, 1));
 }
 
+// max_pinned_servers is the pod's: a client on another worker cannot pin a second server.
+TEST_F(SessionStateTest, ThePinnedServerLimitHoldsForThePodAcrossWorkers) {
+  PgfleetProcess fleet(Config("  max_pinned_servers: 1\n", 4, 2));
+  ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+  auto a = Client(fleet);
+  const std::string a_worker = SlotOf(admin, a);
+  ASSERT_FALSE(a_worker.empty());
+  ConnPtr b;
+  for (int attempt = 0; attempt < 40 && b == nullptr; ++attempt) {
+    auto c = Client(fleet);
+    if (SlotOf(admin, c) != a_worker) b = std::move(c);
+  }
+  ASSERT_NE(b, nullptr) << "no client landed on the second worker in 40 connections";
+  Run(a, "CREATE TEMP TABLE mine (n int)");
+  ASSERT_TRUE(WaitForPinned(fleet, 1));
+  ResultPtr refused = Exec(b, "CREATE TEMP TABLE theirs (n int)");
+  EXPECT_EQ(SqlState(refused), "53400") << ErrorOf(b);
+  EXPECT_EQ(Value(b, "SELECT 1"), "1") << "the client goes on";
+  // Released on one worker, the room is there for the other.
+  Run(a, "DROP TABLE mine");
+  ASSERT_TRUE(WaitForPinned(fleet, 0));
+  Run(b, "CREATE TEMP TABLE theirs (n int)");
+  ASSERT_TRUE(WaitForPinned(fleet, 1));
+}
+
 // Three listeners spread over two workers: each worker's LISTEN hub holds one server of the pool
 // (4 for the pod: 2 hubs, 2 for everyone's transactions), and no listener holds one of its own.
 TEST_F(SessionStateTest, ListenersOnTwoWorkersGetAnotherClientsNotifyWithinASecondUnpinned) {
