@@ -173,7 +173,8 @@ int ServerBudget::EnforcePodShares() {
     databases[pool->db().name] = keys->database;
     pod_.SetDemand(keys->pool,
                    static_cast<int>(pool->active_server_count() + pool->login_server_count() +
-                                    pool->testing_server_count() + pool->waiting_count()));
+                                    pool->testing_server_count() +
+                                    pool->listening_server_count() + pool->waiting_count()));
   }
   over_share_.clear();
   int closed = 0;
@@ -181,12 +182,17 @@ int ServerBudget::EnforcePodShares() {
     const PodServerCounts::Enforced share = pod_.EnforcedShare(key, now_us);
     if (pod_.Total(key) <= share.cap) continue;
     over_share_[name] = OverShare{key, share.cap};
-    std::vector<ServerConn*> idle, busy;
+    std::vector<ServerConn*> idle, listening, busy;
     for (const auto& [id, server] : servers_) {
       if (server->pool()->db().name != name) continue;
       if (server->state() == ServerState::kIdle) idle.push_back(server);
+      if (server->state() == ServerState::kListening) listening.push_back(server);
       if (server->state() == ServerState::kActive) busy.push_back(server);
     }
+    // A LISTEN hub's server is never released, so it cannot wait for ShedOnRelease: it goes
+    // after the idle ones. Its hub asks the pool for a server again (within the share), and
+    // notifications in between are lost, as for a server that died.
+    idle.insert(idle.end(), listening.begin(), listening.end());
     for (ServerConn* server : idle) {
       if (!ShedServer(server, key, share.cap, "over the pod's budget share")) break;
       ++closed;

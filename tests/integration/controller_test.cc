@@ -459,6 +459,55 @@ TEST_F(ControllerTest, PodsOfSeveralWorkersLeaseOneShareAndStayUnderBudgetWhileS
             kBudget);
 }
 
+// LISTEN hubs hold a server each while clients listen, and never release it: when the pod's
+// share shrinks below them (busy pods join), the hubs' servers are shed like idle ones and the
+// fleet stays under the budget; the listeners still get notifications afterwards.
+TEST_F(ControllerTest, ListenHubServersAreShedWhenThePodsShareShrinks) {
+  auto controller = StartController();
+  auto a = StartPod("A", "127.0.0.2", *controller, /*workers=*/4);
+  std::vector<ConnPtr> listeners;
+  for (int i = 0; i < 12; ++i) {
+    listeners.push_back(Connect(a->ConnString()));
+    ResultPtr r = Exec(listeners.back(), "LISTEN fleet_jobs");
+    ASSERT_EQ(PQresultStatus(r.get()), PGRES_COMMAND_OK) << ErrorOf(listeners.back());
+  }
+  BudgetSampler sampler;
+  {
+    auto b = StartPod("B", "127.0.0.3", *controller);
+    auto c = StartPod("C", "127.0.0.4", *controller);
+    Load load_b(*b, 30), load_c(*c, 30);
+    SleepMs(4000);
+    load_b.Stop();
+    load_c.Stop();
+    EXPECT_EQ(load_b.errors() + load_c.errors(), 0) << load_b.first_error() << load_c.first_error();
+  }
+  sampler.Stop();
+  EXPECT_GT(sampler.samples(), 30);
+  EXPECT_LE(sampler.max_total(), kBudget) << sampler.Describe() << "\n" << controller->Log();
+  // A's hubs gave servers back to its shrunken share (before, they held them whatever the share).
+  EXPECT_THAT(a->Log(), HasSubstr("listen_hub_server_lost"));
+  // The hubs listen again once there is room: a NOTIFY reaches every listener.
+  ConnPtr notifier = Connect(a->ConnString());
+  for (size_t i = 0; i < listeners.size(); ++i) {
+    bool got = false;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          if (!got) {
+            ResultPtr n = Exec(notifier, "NOTIFY fleet_jobs");
+            (void)n;
+          }
+          PQconsumeInput(listeners[i].get());
+          while (PGnotify* note = PQnotifies(listeners[i].get())) {
+            got = true;
+            PQfreemem(note);
+          }
+          return got;
+        },
+        std::chrono::seconds(10)))
+        << "listener " << i;
+  }
+}
+
 // The pod's lease process dies: the supervisor starts another, which rejoins with what the pod
 // holds; the workers keep serving within the share all along.
 TEST_F(ControllerTest, ThePodsLeaseProcessRestartsAndTheWorkersKeepTheirShare) {
