@@ -173,8 +173,8 @@ int ServerBudget::EnforcePodShares() {
     databases[pool->db().name] = keys->database;
     pod_.SetDemand(keys->pool,
                    static_cast<int>(pool->active_server_count() + pool->login_server_count() +
-                                    pool->testing_server_count() +
-                                    pool->listening_server_count() + pool->waiting_count()));
+                                    pool->testing_server_count() + pool->listening_server_count() +
+                                    pool->waiting_count()));
   }
   over_share_.clear();
   int closed = 0;
