@@ -365,15 +365,6 @@ void Relay::UndoFailedPipeline() {
   failed_parse_exists_ = false;
 }
 
-bool Relay::ParsedAgainInFlight(std::string_view name) const {
-  const auto next_sync = std::find_if(pending_.begin(), pending_.end(), [](const Pending& p) {
-    return p.kind == PendingKind::kSync;
-  });
-  return std::any_of(next_sync, pending_.end(), [&](const Pending& p) {
-    return p.kind == PendingKind::kParse && p.client_name == name;
-  });
-}
-
 bool Relay::NameUnsettled(std::string_view name) const {
   // Answers of a batch that a Sync ended come; those of the batch the client is still sending
   // may not (PostgreSQL sends them at its Sync or a Flush), but PostgreSQL judges a message by
@@ -386,12 +377,10 @@ bool Relay::NameUnsettled(std::string_view name) const {
   return false;
 }
 
+// No later batch can Parse the name meanwhile: such a Parse waits until this batch is answered
+// (NameUnsettled), so the names are put back as they were, with nothing in flight to consult.
 void Relay::RestoreSkippedName(const Pending& close) {
-  // A later batch already in flight that Parses the name found it free and was answered for it
-  // (pgfleet cannot take that back): the name stays with that Parse.
-  if (client_ == nullptr || close.named == nullptr || ParsedAgainInFlight(close.client_name)) {
-    return;
-  }
+  if (client_ == nullptr || close.named == nullptr) return;
   client_->statements.try_emplace(close.client_name, close.named);
 }
 
@@ -399,18 +388,6 @@ void Relay::ForgetFailedName(const Pending& parse) {
   if (client_ == nullptr) return;
   auto it = client_->statements.find(parse.client_name);
   if (it == client_->statements.end() || it->second != parse.named) return;
-  // A later batch already in flight that Parses the name again gives it then, if it succeeds.
-  const auto next_sync = std::find_if(pending_.begin(), pending_.end(), [](const Pending& p) {
-    return p.kind == PendingKind::kSync;
-  });
-  const auto again = std::find_if(next_sync, pending_.end(), [&](const Pending& p) {
-    return p.kind == PendingKind::kParse && p.client_name == parse.client_name;
-  });
-  if (again != pending_.end()) {
-    again->named_here = true;
-    again->named = parse.named;
-    return;
-  }
   client_->statements.erase(it);
 }
 

@@ -251,8 +251,6 @@ class Relay {
   // Whether a Parse, Close or DEALLOCATE of an earlier batch still unanswered gives or takes the
   // client's `name` (see client_waits).
   bool NameUnsettled(std::string_view name) const;
-  // Whether a batch after the next Sync in flight Parses the client's `name`.
-  bool ParsedAgainInFlight(std::string_view name) const;
   // Returns false when the backend message must not reach the client.
   bool OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayObserver& observer);
   bool OnPendingResponse(uint8_t type, std::span<const uint8_t> body);
