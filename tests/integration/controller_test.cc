@@ -481,6 +481,8 @@ TEST_F(ControllerTest, ListenHubServersAreShedWhenThePodsShareShrinks) {
     EXPECT_TRUE(
         WaitFor([&] { return a->Log().find("listen_hub_server_lost") != std::string::npos; },
                 std::chrono::seconds(15)));
+    // ... and keep the load on while the sampler watches the fleet for a while after it.
+    EXPECT_TRUE(WaitFor([&] { return sampler.samples() > 30; }, std::chrono::seconds(15)));
     load_b.Stop();
     load_c.Stop();
     EXPECT_EQ(load_b.errors() + load_c.errors(), 0) << load_b.first_error() << load_c.first_error();
