@@ -6,6 +6,8 @@
 # started, by PID. Binaries are found by path and can be overridden:
 #   PGFLEET_BIN    pgfleet binary           (default: build/cmd/pgfleet/pgfleet under the repo)
 #   PGBOUNCER_BIN  pgbouncer binary         (default: pgbouncer on PATH, else /usr/sbin/pgbouncer)
+#   PGBOUNCER2_BIN a second, newer pgbouncer built from its release tag outside the repo (no
+#                  default; targets `pgbouncer2:N` run it beside Debian's, e.g. 1.25 against 1.18)
 #   PG_BINDIR      PostgreSQL bin directory (default: pg_config --bindir, else the newest
 #                  /usr/lib/postgresql/*/bin)
 #   BENCH_USER     unprivileged account that runs PostgreSQL and PgBouncer when the script runs
@@ -88,6 +90,9 @@ machine_info() {
   echo "pgbench:     $("$PG_BINDIR/pgbench" --version)"
   if [[ -x "$PGBOUNCER_BIN" ]]; then
     echo "pgbouncer:   $("$PGBOUNCER_BIN" --version 2>&1 | head -n 1) ($PGBOUNCER_BIN)"
+  fi
+  if [[ -n "${PGBOUNCER2_BIN:-}" && -x "$PGBOUNCER2_BIN" ]]; then
+    echo "pgbouncer2:  $("$PGBOUNCER2_BIN" --version 2>&1 | head -n 1) ($PGBOUNCER2_BIN)"
   fi
   if [[ -x "$PGFLEET_BIN" ]]; then
     echo "pgfleet:     $("$PGFLEET_BIN" --version 2>&1 | head -n 1)" \
@@ -486,12 +491,12 @@ pgbench_run_ok() {
   fi
 }
 
-# pgbouncer_start NAME PROCS DB USER: PROCS PgBouncer processes on one port (so_reuseport=1
+# pgbouncer_start NAME PROCS DB USER [BIN]: PROCS PgBouncer processes on one port (so_reuseport=1
 # when PROCS > 1), each with its own unix_socket_dir, pidfile and logfile. USER goes into the
-# auth_file (trust still needs the name there).
+# auth_file (trust still needs the name there). BIN defaults to PGBOUNCER_BIN.
 pgbouncer_start() {
-  local name=$1 procs=$2 db=$3 user=$4 port i dir pid pids="" logs=""
-  [[ -x "$PGBOUNCER_BIN" ]] || die "pgbouncer not found at PGBOUNCER_BIN=$PGBOUNCER_BIN"
+  local name=$1 procs=$2 db=$3 user=$4 bin=${5:-$PGBOUNCER_BIN} port i dir pid pids="" logs=""
+  [[ -x "$bin" ]] || die "pgbouncer not found at $bin (PGBOUNCER_BIN / PGBOUNCER2_BIN)"
   free_port
   port=$FREE_PORT
   for ((i = 0; i < procs; i++)); do
@@ -526,7 +531,7 @@ log_connections = 0
 log_disconnections = 0
 EOF
     chown_bench_user "$dir"
-    (cd "$dir" && run_as_bench_user "$PGBOUNCER_BIN" -q "$dir/pgbouncer.ini") \
+    (cd "$dir" && run_as_bench_user "$bin" -q "$dir/pgbouncer.ini") \
       >"$dir/stdout.log" 2>&1 &
     pid=$!
     track_pid "$pid" TERM # TERM: immediate shutdown (INT would wait for clients)

@@ -14,8 +14,10 @@
 # "reporter" is the configuration issue 18 was filed with: md5, metrics on, pgbench -j 2,
 # scale 5. Environment: ROWS, CLIENTS ("32 128"), DURATION (8), ROUNDS (1), WARMUP (2),
 # WORKERS (1, pgfleet workers; PgBouncer runs as many processes), SCALE (10), POOL_SIZE (20),
-# PGFLEET_BIN, PGBOUNCER_BIN, PG_BINDIR as in lib.sh. Each row's full report is kept in
-# MATRIX_DIR (default: a temporary directory, printed at the end).
+# PGFLEET_BIN, PGBOUNCER_BIN, PG_BINDIR as in lib.sh. With PGBOUNCER2_BIN (a newer PgBouncer
+# built from its release tag outside the repo) each row runs it too, and the table gets a row
+# per client count against it. Each row's full report is kept in MATRIX_DIR (default: a
+# temporary directory, printed at the end).
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -57,29 +59,32 @@ echo "== matrix: pgfleet w$WORKERS vs pgbouncer x$WORKERS, pgbench -S, clients [
   "${DURATION}s per run, $ROUNDS round(s), $(nproc) cores"
 echo "started $(date -u '+%Y-%m-%d %H:%M UTC'), repo $(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null)"
 failed_rows=()
+targets="pgbouncer:$WORKERS pgfleet:$WORKERS"
+[[ -z "${PGBOUNCER2_BIN:-}" ]] || targets="pgbouncer:$WORKERS pgbouncer2:$WORKERS pgfleet:$WORKERS"
 for row in $ROWS; do
   mapfile -t settings < <(row_env "$row")
   echo "[$(date -u +%H:%M:%S)] row $row: ${settings[*]}" >&2
   env "${settings[@]}" CLIENTS="$CLIENTS" DURATION="$DURATION" ROUNDS="$ROUNDS" WARMUP="$WARMUP" \
-    SYSCALLS=off TARGETS="pgbouncer:$WORKERS pgfleet:$WORKERS" \
+    SYSCALLS=off TARGETS="$targets" \
     bash "$HERE/pgbench_compare.sh" >"$MATRIX_DIR/$row.log" 2>&1 || failed_rows+=("$row")
 done
 
 echo
-fmt='%-12s %7s %9s %13s %16s %s\n'
+fmt='%-26s %7s %9s %13s %16s %s\n'
 # shellcheck disable=SC2059
 printf "$fmt" row clients TPS pooler_us/tx "us/tx (f / b)" goal
 for row in $ROWS; do
   # Ratio lines of pgbench_compare.sh: "pgfleet wN / pgbouncer xN  CLIENTS  TPSx  CPUx  SYSx  F / B"
   awk -v row="$row" -v fmt="$fmt" '
     /^== ratios pgfleet/ { on = 1; next }
-    on && /^pgfleet w[0-9]+ \/ pgbouncer x[0-9]+/ {
+    on && /^pgfleet w[0-9]+ \/ pgbouncer(-[0-9.]+)? x[0-9]+/ {
       c = $6; tps = $7; cpu = $8; f = $10; b = $12
+      peer = ($4 == "pgbouncer") ? "" : " vs " $4
       t = tps; sub(/x$/, "", t); u = cpu; sub(/x$/, "", u)
       limit = (c >= 128) ? 0.8 : 0.9
       goal = (u + 0 <= limit) ? "cpu ok" : sprintf("cpu > %.1fx", limit)
       if (c >= 128) goal = goal ((t + 0 >= 1.0) ? ", tps ok" : ", tps < 1x")
-      printf fmt, row, c, tps, cpu, f " / " b, goal
+      printf fmt, row peer, c, tps, cpu, f " / " b, goal
       seen = 1
     }
     END { if (!seen) printf fmt, row, "-", "n/a", "n/a", "-", "no result (see log)" }

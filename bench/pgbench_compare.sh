@@ -11,11 +11,14 @@
 #   WORKERS=1            `workers:` in pgfleet's config
 #   PGBOUNCER_PROCS=1    PgBouncer processes sharing the port with so_reuseport=1
 #   TARGETS              default "direct pgbouncer:$PGBOUNCER_PROCS pgfleet:$WORKERS"; tokens are
-#                        direct, pgbouncer:N (N processes), pgfleet:N (N workers),
+#                        direct, pgbouncer:N (N processes), pgbouncer2:N (PGBOUNCER2_BIN, a
+#                        newer PgBouncer built from its tag), pgfleet:N (N workers),
 #                        pgfleetpass:N (pgfleet with session_state: pass, i.e. no statement
-#                        classification: what session-state tracking costs); the i-th pgfleet
-#                        token is compared with the i-th pgbouncer token, and with the i-th
-#                        pgfleetpass token. Fleet run:
+#                        classification: what session-state tracking costs), pgfleetbase:N
+#                        (PGFLEET_BASE_BIN, another build of pgfleet: a change's effect side by
+#                        side, e.g. the parent commit's release build); the i-th pgfleet
+#                        token is compared with the i-th pgbouncer, pgbouncer2, pgfleetpass and
+#                        pgfleetbase tokens. Fleet run:
 #                        TARGETS="direct pgbouncer:1 pgfleet:1 pgbouncer:16 pgfleet:16"
 #   POOL_SIZE=20         default_pool_size (pgfleet and each PgBouncer process)
 #   MAX_CLIENT_CONN=10000
@@ -63,6 +66,12 @@ install_cleanup_trap
 if [[ " $TARGETS " == *" pgfleet"* ]]; then
   pgfleet_private_copy
 fi
+if [[ " $TARGETS " == *" pgfleetbase:"* ]]; then
+  [[ -x "${PGFLEET_BASE_BIN:-}" ]] || die "pgfleetbase targets need PGFLEET_BASE_BIN (a pgfleet binary)"
+  mkdir -p "$BENCH_TMP/bin"
+  cp "$PGFLEET_BASE_BIN" "$BENCH_TMP/bin/pgfleet-base" || die "cannot copy $PGFLEET_BASE_BIN"
+  log "pgfleet base: private copy of $PGFLEET_BASE_BIN ($(sha256sum "$PGFLEET_BASE_BIN" | cut -c1-12))"
+fi
 
 echo "== pgbench_compare: pgbench -S through pgfleet vs PgBouncer vs direct"
 machine_info
@@ -92,11 +101,19 @@ for t in $TARGETS; do
   case "$kind" in
   direct) name=direct label="postgres direct" ;;
   pgbouncer) name=pgbouncer_$n label="pgbouncer x$n" pool_conns=$((pool_conns + n * POOL_SIZE)) ;;
+  pgbouncer2)
+    [[ -n "${PGBOUNCER2_BIN:-}" ]] || die "target '$t' needs PGBOUNCER2_BIN"
+    name=pgbouncer2_$n pool_conns=$((pool_conns + n * POOL_SIZE))
+    label="pgbouncer-$("$PGBOUNCER2_BIN" --version 2>/dev/null | awk 'NR == 1 { print $2 }') x$n"
+    ;;
   pgfleet) name=pgfleet_$n label="pgfleet w$n" pool_conns=$((pool_conns + n * POOL_SIZE)) ;;
   pgfleetpass)
     name=pgfleetpass_$n label="pgfleet w$n pass" pool_conns=$((pool_conns + n * POOL_SIZE))
     ;;
-  *) die "bad target '$t' (direct, pgbouncer:N, pgfleet:N, pgfleetpass:N)" ;;
+  pgfleetbase)
+    name=pgfleetbase_$n label="pgfleet base w$n" pool_conns=$((pool_conns + n * POOL_SIZE))
+    ;;
+  *) die "bad target '$t' (direct, pgbouncer:N, pgbouncer2:N, pgfleet:N, pgfleetpass:N, pgfleetbase:N)" ;;
   esac
   [[ -z "${KIND[$name]:-}" ]] || die "target '$t' given twice"
   names+=("$name")
@@ -116,9 +133,14 @@ for name in "${names[@]}"; do
   case "${KIND[$name]}" in
   direct) direct_target "$name" ;;
   pgbouncer) pgbouncer_start "$name" "${COUNT[$name]}" "$DB" "${ROLE[$name]}" ;;
+  pgbouncer2) pgbouncer_start "$name" "${COUNT[$name]}" "$DB" "${ROLE[$name]}" "$PGBOUNCER2_BIN" ;;
   pgfleet) pgfleet_start "$name" "${COUNT[$name]}" "$DB" "" "${ROLE[$name]}" ;;
   pgfleetpass)
     PGFLEET_POOL_EXTRA="  session_state: pass" \
+      pgfleet_start "$name" "${COUNT[$name]}" "$DB" "" "${ROLE[$name]}"
+    ;;
+  pgfleetbase)
+    PGFLEET_BIN="$BENCH_TMP/bin/pgfleet-base" \
       pgfleet_start "$name" "${COUNT[$name]}" "$DB" "" "${ROLE[$name]}"
     ;;
   esac
@@ -246,7 +268,8 @@ profile_run() {
     grep -v -e '^#' -e '^$' | head -n 8 >"$data.dso"
   perf report -i "$data.data" --stdio --no-children --sort dso,sym --percent-limit 0.5 \
     2>/dev/null | grep -v -e '^#' -e '^$' | head -n "${PROFILE_TOP:-25}" >"$data.sym"
-  rm -f "$data.data"
+  # KEEP_TMP=1 keeps the recording for a closer look (perf report -i ... --dsos pgfleet).
+  [[ "${KEEP_TMP:-0}" == 1 ]] || rm -f "$data.data"
 }
 
 # With SYSCALL_PASS=separate (default) the perf tracepoint never runs during the runs that give
@@ -293,7 +316,7 @@ per_tx() { awk -v s="$1" -v n="$2" 'BEGIN { if (s ~ /^[0-9]+$/ && n > 0) printf 
 
 echo
 echo "== results (pgbench -S -M $PROTOCOL, ${DURATION}s per run, $(nproc) cores)"
-fmt='%-16s %7s %5s %10s %10s %10s %5s %9s %9s %7s\n'
+fmt='%-20s %7s %5s %10s %10s %10s %5s %9s %9s %7s\n'
 # shellcheck disable=SC2059
 printf "$fmt" target clients round TPS pooler_us/tx syscalls/tx srv pg_us/tx bench_us/tx other
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -322,19 +345,23 @@ echo " (SYSCALL_PASS=$SYSCALL_PASS: separate = counted in an extra run, TPS/CPU 
 echo " srv: server connections the target's role holds after the run; pg/bench_us/tx: CPU of"
 echo " PostgreSQL and pgbench per transaction; other: cores busy with anything else on the machine)"
 
-# Ratios: i-th pgfleet target vs i-th pgbouncer target (and vs the i-th pgfleetpass target),
-# summed over rounds.
+# Ratios: i-th pgfleet target vs i-th pgbouncer target (and vs the i-th pgbouncer2 and
+# pgfleetpass targets), summed over rounds.
 fleets=()
 bouncers=()
+bouncers2=()
 passes=()
+bases=()
 for name in "${names[@]}"; do
   case "${KIND[$name]}" in
   pgfleet) fleets+=("$name") ;;
   pgbouncer) bouncers+=("$name") ;;
+  pgbouncer2) bouncers2+=("$name") ;;
   pgfleetpass) passes+=("$name") ;;
+  pgfleetbase) bases+=("$name") ;;
   esac
 done
-fmt2='%-28s %7s %9s %12s %12s %14s\n'
+fmt2='%-36s %7s %9s %12s %12s %14s\n'
 print_pair() { # NAME_A NAME_B: one row per client count, a / b
   local pf=$1 pb=$2 c who name r cpu_pf cpu_pb sys_r
   for c in $CLIENTS; do
@@ -371,12 +398,15 @@ print_pair() { # NAME_A NAME_B: one row per client count, a / b
 }
 pairs=${#fleets[@]}
 ((${#bouncers[@]} < pairs)) && pairs=${#bouncers[@]}
-if ((pairs > 0)); then
+pairs2=${#fleets[@]}
+((${#bouncers2[@]} < pairs2)) && pairs2=${#bouncers2[@]}
+if ((pairs > 0 || pairs2 > 0)); then
   echo
   echo "== ratios pgfleet / pgbouncer (all rounds; < 1 is better for CPU and syscalls)"
   # shellcheck disable=SC2059
   printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (f / b)"
   for ((i = 0; i < pairs; i++)); do print_pair "${fleets[$i]}" "${bouncers[$i]}"; done
+  for ((i = 0; i < pairs2; i++)); do print_pair "${fleets[$i]}" "${bouncers2[$i]}"; done
 fi
 pairs=${#fleets[@]}
 ((${#passes[@]} < pairs)) && pairs=${#passes[@]}
@@ -386,6 +416,15 @@ if ((pairs > 0)); then
   # shellcheck disable=SC2059
   printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (t / p)"
   for ((i = 0; i < pairs; i++)); do print_pair "${fleets[$i]}" "${passes[$i]}"; done
+fi
+pairs=${#fleets[@]}
+((${#bases[@]} < pairs)) && pairs=${#bases[@]}
+if ((pairs > 0)); then
+  echo
+  echo "== ratios pgfleet / pgfleet base ($PGFLEET_BASE_BIN): the change's effect"
+  # shellcheck disable=SC2059
+  printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (new / base)"
+  for ((i = 0; i < pairs; i++)); do print_pair "${fleets[$i]}" "${bases[$i]}"; done
 fi
 
 echo

@@ -3,9 +3,25 @@
 
 #include <errno.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 namespace pgfleet::net {
+namespace {
+
+// glibc's send() and recv() are thread cancellation points: in a process with threads (gRPC's)
+// each call brackets the syscall with __pthread_enable_asynccancel/__pthread_disable_asynccancel,
+// about 2% of a worker's CPU under pgbench -S (perf, bench/RESULTS.md). pgfleet never cancels a
+// thread, so the plain syscalls do the same work without that toll.
+ssize_t SendPlain(int fd, const void* data, size_t size) {
+  return syscall(SYS_sendto, fd, data, size, MSG_NOSIGNAL, nullptr, 0);
+}
+
+ssize_t RecvPlain(int fd, void* data, size_t size, int flags) {
+  return syscall(SYS_recvfrom, fd, data, size, flags, nullptr, nullptr);
+}
+
+}  // namespace
 
 Connection::Connection(EventLoop& loop, int fd) : loop_(loop), fd_(fd) {}
 
@@ -31,7 +47,7 @@ void Connection::UpdateInterest() {
 Connection::ReadResult Connection::ReadOnce(size_t* n) {
   if (tls_ != nullptr) return ReadTls(n);
   auto space = in_.PrepareWrite(Buffer::kChunkSize / 2);
-  ssize_t got = recv(fd_, space.data(), space.size(), 0);
+  ssize_t got = RecvPlain(fd_, space.data(), space.size(), 0);
   if (got > 0) {
     in_.Commit(static_cast<size_t>(got));
     bytes_received_ += static_cast<uint64_t>(got);
@@ -56,7 +72,7 @@ bool Connection::Send(std::span<const uint8_t> data) {
     sent = WriteTls(data);
     if (sent < 0) return false;
   } else {
-    sent = send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+    sent = SendPlain(fd_, data.data(), data.size());
     if (sent < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
       sent = 0;
@@ -82,7 +98,7 @@ bool Connection::Flush() {
       out_.Consume(static_cast<size_t>(taken));
       continue;
     }
-    ssize_t sent = send(fd_, pending.data(), pending.size(), MSG_NOSIGNAL);
+    ssize_t sent = SendPlain(fd_, pending.data(), pending.size());
     if (sent < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       if (errno == EINTR) continue;
@@ -106,7 +122,7 @@ void Connection::DiscardPendingInput() {
   if (fd_ < 0) return;
   uint8_t sink[16384];
   for (int i = 0; i < 64; ++i) {
-    if (recv(fd_, sink, sizeof(sink), MSG_DONTWAIT) <= 0) break;
+    if (RecvPlain(fd_, sink, sizeof(sink), MSG_DONTWAIT) <= 0) break;
   }
 }
 

@@ -319,7 +319,9 @@ void Pool::PublishPodCounts() {
   const ClientConn* oldest = clients_[ClientState::kWaiting].front();
   const bool needs_welcome = !welcome_known_ && welcome_client_count() > 0;
   if (oldest == nullptr && needs_welcome) oldest = clients_[ClientState::kWelcome].front();
-  const int waiting = static_cast<int>(waiting_count()) + (needs_welcome ? 1 : 0);
+  // Siblings only ask whether this worker has clients waiting, and since when: 0 or 1 as for
+  // idle, so a queue that stays long under load publishes nothing per transaction.
+  const int waiting = waiting_count() > 0 || needs_welcome ? 1 : 0;
   if (idle != published_idle_) {
     // Under the database's and the user's keys too: a sibling short of room in either budget
     // finds a worker that can close an idle server for it (AskSiblingForRoom).

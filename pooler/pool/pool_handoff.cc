@@ -36,25 +36,28 @@ void Pool::AskSiblingForRoom() {
   const auto keys = PodKeysOf();
   if (!keys.has_value()) return;
   budget::PodServerCounts& pod = registry_->budget().pod();
+  const ServerBudget::FullBudgets full = registry_->budget().BudgetsFullFor(this);
+  const bool pool_full = !full.database && !full.user;
+  // The pool itself at its size in the pod: a sibling's idle server of it serves here. The
+  // database's or the user's budget full: a sibling with an idle server in it (pools publish "has
+  // an idle server" under their database's and user's keys too) closes one. Looked up before the
+  // request is built: with no such sibling (always, in a one-worker pod) this runs on every
+  // queued transaction.
+  const std::optional<uint32_t> sibling =
+      pod.SiblingWithIdle(pool_full ? keys->pool : (full.database ? keys->database : keys->user));
+  if (!sibling.has_value()) return;
   HandoffMessage request;
   request.from = pod.worker();
-  const ServerBudget::FullBudgets full = registry_->budget().BudgetsFullFor(this);
-  std::optional<uint32_t> sibling;
-  if (!full.database && !full.user) {
-    // The pool itself is at its size in the pod: a sibling's idle server of it serves here.
-    sibling = pod.SiblingWithIdle(keys->pool);
+  if (pool_full) {
     request.kind = HandoffMessage::Kind::kRequest;
     request.database = db_.name;
     request.user = user_;
   } else {
-    // The database's or the user's budget is full: a sibling with an idle server in it (pools
-    // publish "has an idle server" under their database's and user's keys too) closes one.
-    sibling = pod.SiblingWithIdle(full.database ? keys->database : keys->user);
     request.kind = HandoffMessage::Kind::kEvict;
     if (full.database) request.database = db_.name;
     if (full.user) request.user = server_user();
   }
-  if (sibling.has_value() && mover->Send(*sibling, request, -1)) sibling_asked_at_ = now;
+  if (mover->Send(*sibling, request, -1)) sibling_asked_at_ = now;
 }
 
 void Pool::OfferIdleServerToSibling() {

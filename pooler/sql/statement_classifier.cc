@@ -334,9 +334,15 @@ bool MayChangeSession(std::string_view sql) {
          absl::ascii_isalpha(static_cast<unsigned char>(sql[end]))) {
     ++end;
   }
-  const std::string_view verb = sql.substr(start, end - start);
+  // Lower-cased once, then compared byte for byte: this runs on every Query and Parse.
+  char lower[16];
+  const size_t length = end - start;  // at most 11 letters
+  for (size_t i = 0; i < length; ++i) {
+    lower[i] = absl::ascii_tolower(static_cast<unsigned char>(sql[start + i]));
+  }
+  const std::string_view verb(lower, length);
   for (std::string_view v : kSessionVerbs) {
-    if (absl::EqualsIgnoreCase(base::Av(verb), base::Av(v))) return true;
+    if (verb == v) return true;
   }
   // Several statements in one Query: "BEGIN; SET ...; COMMIT". A ';' at the very end is one.
   for (size_t at = sql.find(';', end); at != std::string_view::npos; at = sql.find(';', at + 1)) {
