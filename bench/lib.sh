@@ -8,6 +8,8 @@
 #   PGBOUNCER_BIN  pgbouncer binary         (default: pgbouncer on PATH, else /usr/sbin/pgbouncer)
 #   PGBOUNCER2_BIN a second, newer pgbouncer built from its release tag outside the repo (no
 #                  default; targets `pgbouncer2:N` run it beside Debian's, e.g. 1.25 against 1.18)
+#   PGDOG_BIN      a PgDog binary built from its source outside the repo (no default; targets
+#                  `pgdog:N` run it with N worker threads: the multi-threaded peer)
 #   PG_BINDIR      PostgreSQL bin directory (default: pg_config --bindir, else the newest
 #                  /usr/lib/postgresql/*/bin)
 #   BENCH_USER     unprivileged account that runs PostgreSQL and PgBouncer when the script runs
@@ -93,6 +95,9 @@ machine_info() {
   fi
   if [[ -n "${PGBOUNCER2_BIN:-}" && -x "$PGBOUNCER2_BIN" ]]; then
     echo "pgbouncer2:  $("$PGBOUNCER2_BIN" --version 2>&1 | head -n 1) ($PGBOUNCER2_BIN)"
+  fi
+  if [[ -n "${PGDOG_BIN:-}" && -x "$PGDOG_BIN" ]]; then
+    echo "pgdog:       $("$PGDOG_BIN" --version 2>&1 | head -n 1) ($PGDOG_BIN)"
   fi
   if [[ -x "$PGFLEET_BIN" ]]; then
     echo "pgfleet:     $("$PGFLEET_BIN" --version 2>&1 | head -n 1)" \
@@ -546,6 +551,66 @@ EOF
   TARGET_PIDS[$name]=$pids
   TARGET_LOGS[$name]=$logs
   log "$name: pgbouncer pid(s) $pids on 127.0.0.1:$port"
+}
+
+# pgdog_start NAME THREADS DB USER: PgDog (PGDOG_BIN) with THREADS worker threads and one pool
+# for (DB, USER) of POOL_SIZE servers, transaction mode, AUTH for clients (PgDog logs in to the
+# trust-auth PostgreSQL with any password), CLIENT_TLS as for the others; it has no metrics
+# endpoint unless openmetrics_port is set. Its other defaults stay: prepared statements
+# "extended", query parser "auto".
+pgdog_start() {
+  local name=$1 threads=$2 db=$3 user=$4 dir port pid tls_toml="" auth
+  [[ -x "${PGDOG_BIN:-}" ]] || die "pgdog targets need PGDOG_BIN (a pgdog binary)"
+  case "$AUTH" in
+  trust | md5) auth=$AUTH ;;
+  scram) auth=scram ;;
+  esac
+  dir="$BENCH_TMP/$name"
+  mkdir -p "$dir"
+  free_port
+  port=$FREE_PORT
+  if [[ "$CLIENT_TLS" == on ]]; then
+    client_tls_files
+    tls_toml="tls_certificate = \"$BENCH_TMP/client-tls/server.crt\"
+tls_private_key = \"$BENCH_TMP/client-tls/server.key\""
+  fi
+  cat >"$dir/pgdog.toml" <<EOF
+[general]
+host = "127.0.0.1"
+port = $port
+workers = $threads
+default_pool_size = $POOL_SIZE
+min_pool_size = 0
+pooler_mode = "transaction"
+auth_type = "$auth"
+tls_verify = "disabled"
+log_connections = false
+log_disconnections = false
+$tls_toml
+
+[[databases]]
+name = "$db"
+host = "127.0.0.1"
+port = $PG_PORT
+database_name = "$db"
+EOF
+  cat >"$dir/users.toml" <<EOF
+[[users]]
+name = "$user"
+database = "$db"
+password = "$BENCH_PASSWORD"
+EOF
+  chown_bench_user "$dir"
+  (cd "$dir" && run_as_bench_user "$PGDOG_BIN" --config "$dir/pgdog.toml" --users "$dir/users.toml") \
+    >"$dir/pgdog.log" 2>&1 &
+  pid=$!
+  track_pid "$pid" TERM
+  wait_for_port "$port" "$pid" 30 || die "pgdog did not start; see $dir/pgdog.log"
+  TARGET_PORT[$name]=$port
+  TARGET_PID[$name]=$pid
+  TARGET_PIDS[$name]=$pid
+  TARGET_LOGS[$name]=$dir/pgdog.log
+  log "$name: pgdog pid $pid ($threads threads) on 127.0.0.1:$port"
 }
 
 # direct_target NAME: PostgreSQL itself as a reference (no pooler).

@@ -15,8 +15,9 @@
 # scale 5. Environment: ROWS, CLIENTS ("32 128"), DURATION (8), ROUNDS (1), WARMUP (2),
 # WORKERS (1, pgfleet workers; PgBouncer runs as many processes), SCALE (10), POOL_SIZE (20),
 # PGFLEET_BIN, PGBOUNCER_BIN, PG_BINDIR as in lib.sh. With PGBOUNCER2_BIN (a newer PgBouncer
-# built from its release tag outside the repo) each row runs it too, and the table gets a row
-# per client count against it. Each row's full report is kept in MATRIX_DIR (default: a
+# built from its release tag outside the repo) and PGDOG_BIN (PgDog built from source outside
+# the repo; PGDOG_THREADS worker threads, default WORKERS) each row runs them too, and the table
+# gets a row per client count against each. Each row's full report is kept in MATRIX_DIR (default: a
 # temporary directory, printed at the end).
 set -uo pipefail
 
@@ -59,8 +60,10 @@ echo "== matrix: pgfleet w$WORKERS vs pgbouncer x$WORKERS, pgbench -S, clients [
   "${DURATION}s per run, $ROUNDS round(s), $(nproc) cores"
 echo "started $(date -u '+%Y-%m-%d %H:%M UTC'), repo $(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null)"
 failed_rows=()
-targets="pgbouncer:$WORKERS pgfleet:$WORKERS"
-[[ -z "${PGBOUNCER2_BIN:-}" ]] || targets="pgbouncer:$WORKERS pgbouncer2:$WORKERS pgfleet:$WORKERS"
+targets="pgbouncer:$WORKERS"
+[[ -z "${PGBOUNCER2_BIN:-}" ]] || targets+=" pgbouncer2:$WORKERS"
+[[ -z "${PGDOG_BIN:-}" ]] || targets+=" pgdog:${PGDOG_THREADS:-$WORKERS}"
+targets+=" pgfleet:$WORKERS"
 for row in $ROWS; do
   mapfile -t settings < <(row_env "$row")
   echo "[$(date -u +%H:%M:%S)] row $row: ${settings[*]}" >&2
@@ -77,7 +80,7 @@ for row in $ROWS; do
   # Ratio lines of pgbench_compare.sh: "pgfleet wN / pgbouncer xN  CLIENTS  TPSx  CPUx  SYSx  F / B"
   awk -v row="$row" -v fmt="$fmt" '
     /^== ratios pgfleet/ { on = 1; next }
-    on && /^pgfleet w[0-9]+ \/ pgbouncer(-[0-9.]+)? x[0-9]+/ {
+    on && /^pgfleet w[0-9]+ \/ (pgbouncer(-[0-9.]+)? x|pgdog t)[0-9]+/ {
       c = $6; tps = $7; cpu = $8; f = $10; b = $12
       peer = ($4 == "pgbouncer") ? "" : " vs " $4
       t = tps; sub(/x$/, "", t); u = cpu; sub(/x$/, "", u)

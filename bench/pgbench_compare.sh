@@ -12,7 +12,8 @@
 #   PGBOUNCER_PROCS=1    PgBouncer processes sharing the port with so_reuseport=1
 #   TARGETS              default "direct pgbouncer:$PGBOUNCER_PROCS pgfleet:$WORKERS"; tokens are
 #                        direct, pgbouncer:N (N processes), pgbouncer2:N (PGBOUNCER2_BIN, a
-#                        newer PgBouncer built from its tag), pgfleet:N (N workers),
+#                        newer PgBouncer built from its tag), pgdog:N (PGDOG_BIN, N worker
+#                        threads), pgfleet:N (N workers),
 #                        pgfleetpass:N (pgfleet with session_state: pass, i.e. no statement
 #                        classification: what session-state tracking costs), pgfleetbase:N
 #                        (PGFLEET_BASE_BIN, another build of pgfleet: a change's effect side by
@@ -110,10 +111,11 @@ for t in $TARGETS; do
   pgfleetpass)
     name=pgfleetpass_$n label="pgfleet w$n pass" pool_conns=$((pool_conns + n * POOL_SIZE))
     ;;
+  pgdog) name=pgdog_$n label="pgdog t$n" pool_conns=$((pool_conns + POOL_SIZE)) ;;
   pgfleetbase)
     name=pgfleetbase_$n label="pgfleet base w$n" pool_conns=$((pool_conns + n * POOL_SIZE))
     ;;
-  *) die "bad target '$t' (direct, pgbouncer:N, pgbouncer2:N, pgfleet:N, pgfleetpass:N, pgfleetbase:N)" ;;
+  *) die "bad target '$t' (direct, pgbouncer:N, pgbouncer2:N, pgdog:N, pgfleet:N, pgfleetpass:N, pgfleetbase:N)" ;;
   esac
   [[ -z "${KIND[$name]:-}" ]] || die "target '$t' given twice"
   names+=("$name")
@@ -134,6 +136,7 @@ for name in "${names[@]}"; do
   direct) direct_target "$name" ;;
   pgbouncer) pgbouncer_start "$name" "${COUNT[$name]}" "$DB" "${ROLE[$name]}" ;;
   pgbouncer2) pgbouncer_start "$name" "${COUNT[$name]}" "$DB" "${ROLE[$name]}" "$PGBOUNCER2_BIN" ;;
+  pgdog) pgdog_start "$name" "${COUNT[$name]}" "$DB" "${ROLE[$name]}" ;;
   pgfleet) pgfleet_start "$name" "${COUNT[$name]}" "$DB" "" "${ROLE[$name]}" ;;
   pgfleetpass)
     PGFLEET_POOL_EXTRA="  session_state: pass" \
@@ -350,6 +353,7 @@ echo " PostgreSQL and pgbench per transaction; other: cores busy with anything e
 fleets=()
 bouncers=()
 bouncers2=()
+dogs=()
 passes=()
 bases=()
 for name in "${names[@]}"; do
@@ -357,6 +361,7 @@ for name in "${names[@]}"; do
   pgfleet) fleets+=("$name") ;;
   pgbouncer) bouncers+=("$name") ;;
   pgbouncer2) bouncers2+=("$name") ;;
+  pgdog) dogs+=("$name") ;;
   pgfleetpass) passes+=("$name") ;;
   pgfleetbase) bases+=("$name") ;;
   esac
@@ -416,6 +421,15 @@ if ((pairs > 0)); then
   # shellcheck disable=SC2059
   printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (t / p)"
   for ((i = 0; i < pairs; i++)); do print_pair "${fleets[$i]}" "${passes[$i]}"; done
+fi
+pairs=${#fleets[@]}
+((${#dogs[@]} < pairs)) && pairs=${#dogs[@]}
+if ((pairs > 0)); then
+  echo
+  echo "== ratios pgfleet / pgdog (i-th pgfleet target against the i-th pgdog target)"
+  # shellcheck disable=SC2059
+  printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (f / d)"
+  for ((i = 0; i < pairs; i++)); do print_pair "${fleets[$i]}" "${dogs[$i]}"; done
 fi
 pairs=${#fleets[@]}
 ((${#bases[@]} < pairs)) && pairs=${#bases[@]}
