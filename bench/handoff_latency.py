@@ -28,7 +28,12 @@ With --metrics HOST:PORT the sum of pgfleet_server_handoffs_total is read before
 phase (after 1.2 s, as workers publish every 500 ms) and printed next to the number of hand-offs
 the phase implies: a cross-check that `handoff` samples moved a server and `local` ones did not.
 With server TLS a server is closed and the sibling opens its own (no hand-off is counted, so
-`counted` stays 0 while `expected` says how many moves the phase asked for).
+`counted` stays 0 while `expected` says how many moves the phase asked for). The same reads give
+pgfleet's own measure of issue 13's goal, the time from a queued client's query to its send: the
+phase's server assignments (every query that got a server, waiting or not) and how many of them
+waited over 1 ms (pgfleet_stats_wait_duration_seconds, bucket le=0.001), printed as
+`WAITS phase waits=N over_1ms=M queued_on_purpose=K`: in the release phase K of the queries wait
+--gap-ms behind A's transaction by design, so only what is over 1 ms beyond those K counts.
 
 Output: one line per phase and kind, `RESULT phase kind n p50_us p99_us max_us mean_us`, and a
 line `HANDOFFS phase counted=N expected=M` per phase. Raw protocol over TCP, no driver. Loopback
@@ -155,17 +160,26 @@ class Conn:
         self.sock.close()
 
 
-def handoff_counter(metrics):
+def pooler_counters(metrics):
+    """Sums over every pool of pgfleet_server_handoffs_total and of the client wait histogram
+    (pgfleet_stats_wait_duration_seconds: how long a client's query waited for a server, from
+    its arrival to the server being linked, pgfleet's own clock)."""
     if not metrics:
         return None
     time.sleep(1.2)  # workers publish their counters every 500 ms
     with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5) as r:
         body = r.read().decode()
-    total = 0.0
+    totals = {"handoffs": 0.0, "waits": 0.0, "waits_within_1ms": 0.0}
     for line in body.splitlines():
+        value = line.rsplit(" ", 1)[-1]
         if line.startswith("pgfleet_server_handoffs_total"):
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+            totals["handoffs"] += float(value)
+        elif line.startswith("pgfleet_stats_wait_duration_seconds_count"):
+            totals["waits"] += float(value)
+        elif (line.startswith("pgfleet_stats_wait_duration_seconds_bucket")
+              and 'le="0.001"' in line):
+            totals["waits_within_1ms"] += float(value)
+    return {k: int(v) for k, v in totals.items()}
 
 
 def percentile(sorted_values, q):
@@ -243,9 +257,10 @@ def main():
         c.query("SELECT 1")
 
     for phase in args.phases.split(","):
-        before = handoff_counter(args.metrics)
+        before = pooler_counters(args.metrics)
         samples = {"handoff": [], "local": []}
         expected = 0
+        queued_on_purpose = 0  # queries that wait behind A's transaction by design (release)
         if phase == "request":
             for _ in range(args.samples):
                 time.sleep(gap)
@@ -266,6 +281,7 @@ def main():
                     a.query("BEGIN")  # may take the server back from B's worker (a hand-off)
                     a.query("SELECT 1")
                     b.send_query("SELECT 1")  # queues: the pod's only server is A's
+                    queued_on_purpose += 1
                     time.sleep(gap)
                     if b.buf or select.select([b.sock], [], [], 0)[0]:
                         raise ProtocolError("B was answered while A held the pod's only server")
@@ -277,12 +293,16 @@ def main():
                         expected += 2  # to B's worker, and back for the next BEGIN
         else:
             sys.exit(f"unknown phase {phase}")
-        after = handoff_counter(args.metrics)
+        after = pooler_counters(args.metrics)
         for kind in ("handoff", "local"):
             if samples[kind]:
                 report(phase, kind, samples[kind])
         if before is not None and after is not None:
-            print(f"HANDOFFS {phase} counted={after - before} expected={expected}", flush=True)
+            delta = {k: after[k] - before[k] for k in after}
+            print(f"HANDOFFS {phase} counted={delta['handoffs']} expected={expected}", flush=True)
+            print(f"WAITS {phase} waits={delta['waits']} "
+                  f"over_1ms={delta['waits'] - delta['waits_within_1ms']} "
+                  f"queued_on_purpose={queued_on_purpose}", flush=True)
 
     for c in clients:
         c.close()

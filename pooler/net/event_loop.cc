@@ -126,11 +126,26 @@ void EventLoop::RunPosted() {
   for (auto& fn : batch) fn();
 }
 
-int EventLoop::NextTimeoutMs() const {
-  if (timer_queue_.empty()) return 1000;
-  absl::Duration until = timer_queue_.begin()->first - MonotonicNow();
-  if (until <= absl::ZeroDuration()) return 0;
-  return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(until) + 1, 1000));
+absl::Duration EventLoop::NextTimeout() const {
+  constexpr absl::Duration kLongest = absl::Seconds(1);
+  if (timer_queue_.empty()) return kLongest;
+  const absl::Duration until = timer_queue_.begin()->first - MonotonicNow();
+  return std::clamp(until, absl::ZeroDuration(), kLongest);
+}
+
+int EventLoop::Wait(struct epoll_event* events, int max_events) {
+  const absl::Duration timeout = NextTimeout();
+  if (precise_timeouts_) {
+    const struct timespec ts = absl::ToTimespec(timeout);
+    const int n = epoll_pwait2(epoll_fd_, events, max_events, &ts, nullptr);
+    // Kernels before 5.11 lack it, and some container runtimes' seccomp profiles refuse it:
+    // from then on, whole milliseconds.
+    if (n >= 0 || (errno != ENOSYS && errno != EPERM)) return n;
+    precise_timeouts_ = false;
+  }
+  // Rounded up, so that a timer never fires early and the loop does not spin until it is due.
+  const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1)));
+  return epoll_wait(epoll_fd_, events, max_events, static_cast<int>(ms));
 }
 
 void EventLoop::RunDueTimers() {
@@ -155,7 +170,7 @@ absl::Status EventLoop::Run() {
   constexpr int kMaxEvents = 256;
   struct epoll_event events[kMaxEvents];
   while (!stopping_) {
-    int n = epoll_wait(epoll_fd_, events, kMaxEvents, NextTimeoutMs());
+    int n = Wait(events, kMaxEvents);
     if (n < 0) {
       if (errno == EINTR) continue;
       return absl::InternalError(base::StrCat("epoll_wait: ", strerror(errno)));

@@ -1,7 +1,8 @@
-// A single-threaded, level-triggered epoll event loop with timers, cross-thread Post(), work after
-// each event batch, and deferred deletion. A connection changes its interest only when it has
-// output to flush, is connecting or in a TLS handshake, or pauses reading under backpressure
-// (net::Connection::UpdateInterest), so the steady state costs no epoll_ctl calls.
+// A single-threaded, level-triggered epoll event loop with timers (to the microsecond where the
+// kernel has epoll_pwait2), cross-thread Post(), work after each event batch, and deferred
+// deletion. A connection changes its interest only when it has output to flush, is connecting or
+// in a TLS handshake, or pauses reading under backpressure (net::Connection::UpdateInterest), so
+// the steady state costs no epoll_ctl calls.
 #pragma once
 
 #include <sys/epoll.h>
@@ -71,6 +72,9 @@ class EventLoop {
   // Thread-safe.
   void Stop();
 
+  // False once the kernel refused epoll_pwait2: timers then fire to the millisecond.
+  bool precise_timeouts() const { return precise_timeouts_; }
+
   // The time at the start of the current iteration (cheap, good to ~1 event batch).
   absl::Time now() const { return now_; }
 
@@ -84,12 +88,17 @@ class EventLoop {
   void RunDueTimers();
   void RunPosted();
   void RunAfterBatchWork();
-  int NextTimeoutMs() const;
+  // How long the next wait may sleep: until the first timer is due, at most a second.
+  absl::Duration NextTimeout() const;
+  // epoll_pwait2 with the timeout to the microsecond (a sub-millisecond timer fires on time, not
+  // a millisecond late); plain epoll_wait in whole milliseconds where the kernel refuses it.
+  int Wait(struct epoll_event* events, int max_events);
 
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::unique_ptr<WakeHandler> wake_handler_;
   bool stopping_ = false;
+  bool precise_timeouts_ = true;
   absl::Time now_;
   TimerId next_timer_id_ = 1;
   std::multimap<absl::Time, TimerId> timer_queue_;

@@ -19,9 +19,12 @@ constexpr absl::Duration kAskAgainAfter = absl::Milliseconds(20);
 // however busy) move no servers, while a queue stuck behind long queries gets servers within
 // milliseconds. Well above a hand-off's cost, well below what a user notices.
 constexpr absl::Duration kYieldAfter = absl::Milliseconds(5);
-// An idle server moves to a sibling once it has been idle this long (one event loop tick of the
-// timers): a server released a moment ago usually serves its own worker's next transaction.
-constexpr absl::Duration kSettle = absl::Milliseconds(1);
+// An idle server moves to a sibling once it has been idle this long: a server released a moment
+// ago usually serves its own worker's next transaction (a client's next query follows its last
+// answer within tens of microseconds), and moving it would only have it move back. Short enough
+// that a queued client still gets a sibling's server within a millisecond (issue 13's goal),
+// which the event loop's microsecond timers make possible.
+constexpr absl::Duration kSettle = absl::Microseconds(250);
 }  // namespace
 
 void Pool::AskSiblingForRoom() {

@@ -1,9 +1,11 @@
 // Tests for pooler/net/event_loop.h: work queued with RunAfterBatch runs once every event of the
-// batch has been handled, before the timers and the next wait, including work it queues itself.
+// batch has been handled, before the timers and the next wait, including work it queues itself;
+// timers fire on time to the microsecond.
 #include "pooler/net/event_loop.h"
 
 #include <unistd.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -89,6 +91,43 @@ TEST(EventLoopTest, AfterBatchWorkQueuedByATimerRunsBeforeTheNextWait) {
   ASSERT_TRUE(loop.Run().ok());
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
   EXPECT_EQ(trace, (std::vector<std::string>{"timer", "after"}));
+}
+
+// Sub-millisecond timers (the pool's settle time for an idle server before it moves to a sibling
+// worker) must fire on time, never early, and not a millisecond late where epoll_pwait2 works.
+TEST(EventLoopTest, SubMillisecondTimersFireOnTimeNeverEarly) {
+  EventLoop loop;
+  ASSERT_TRUE(loop.Init().ok());
+  constexpr int kChained = 200;
+  constexpr absl::Duration kDelay = absl::Microseconds(50);
+  int fired = 0;
+  int early = 0;
+  std::function<void()> arm = [&] {
+    const absl::Time due = MonotonicNow() + kDelay;
+    loop.RunAfter(kDelay, [&, due] {
+      if (MonotonicNow() < due) ++early;
+      if (++fired == kChained) {
+        loop.Stop();
+      } else {
+        arm();
+      }
+    });
+  };
+  arm();
+  const absl::Time start = MonotonicNow();
+  ASSERT_TRUE(loop.Run().ok());
+  const absl::Duration took = MonotonicNow() - start;
+  EXPECT_EQ(fired, kChained);
+  EXPECT_EQ(early, 0);
+  EXPECT_GE(took, kChained * kDelay);
+  if (loop.precise_timeouts()) {
+    // Whole-millisecond waits would take at least kChained ms; 200 wake-ups of 50 us leave
+    // plenty of room for a busy machine below that.
+    EXPECT_LT(took, absl::Milliseconds(kChained) * 0.75) << "timers fired to the millisecond";
+  } else {
+    GTEST_LOG_(INFO) << "the kernel refused epoll_pwait2: millisecond timers";
+    EXPECT_GE(took, absl::Milliseconds(kChained));
+  }
 }
 
 }  // namespace
