@@ -33,10 +33,11 @@ pgfleet's own measure of issue 13's goal, the time from a queued client's query 
 phase's server assignments (every query that got a server, waiting or not) and how many of them
 waited over 1 ms (pgfleet_stats_wait_duration_seconds, bucket le=0.001), printed as
 `WAITS phase waits=N over_1ms=M queued_on_purpose=K`: in the release phase K of the queries wait
---gap-ms behind A's transaction by design, so only what is over 1 ms beyond those K counts.
+--gap-ms behind A's transaction by design (over 1 ms when --gap-ms is at least 1, the default 25),
+so only what is over 1 ms beyond those K counts.
 
-Output: one line per phase and kind, `RESULT phase kind n p50_us p99_us max_us mean_us`, and a
-line `HANDOFFS phase counted=N expected=M` per phase. Raw protocol over TCP, no driver. Loopback
+Output: one line per phase and kind, `RESULT phase kind n p50_us p99_us max_us mean_us`, and
+lines `HANDOFFS phase counted=N expected=M` and `WAITS ...` per phase (with --metrics). Raw protocol over TCP, no driver. Loopback
 only. Every wait is bounded (--timeout per query).
 """
 

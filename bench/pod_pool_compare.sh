@@ -360,7 +360,8 @@ run_part2() {
       ;;
     WAITS)
       # Release-phase B queries queue behind A's transaction on purpose (for GAP_MS): those are
-      # not waits for a hand-off, so they are taken off before the count is read against the goal.
+      # not waits for a hand-off, so they are taken off before the count is read against the goal
+      # (each of them waits GAP_MS, over 1 ms unless GAP_MS is set below 1).
       local over=${f[4]#over_1ms=} on_purpose=${f[5]#queued_on_purpose=} aside=""
       [[ "$on_purpose" == 0 ]] ||
         aside=" (besides $on_purpose that queued behind A's transaction on purpose)"
