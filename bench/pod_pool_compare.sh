@@ -227,36 +227,41 @@ run_part1() {
   echo
   echo "== pgbench -S -M $PROTOCOL through pgfleet, default_pool_size=$POOL_SIZE per pod," \
     "${DURATION}s per run, $(nproc) cores"
-  local fmt='%-12s %7s %5s %9s %12s %10s %8s %8s %4s %6s\n'
+  local fmt='%-12s %7s %5s %9s %12s %8s %11s %10s %8s %8s %4s %5s %6s\n'
   # shellcheck disable=SC2059
-  printf "$fmt" target clients round TPS pooler_us/tx handoffs/s p99_ms max_ms srv other
+  printf "$fmt" target clients round TPS pooler_us/tx pg_us/tx pgbench_us/tx handoffs/s p99_ms \
+    max_ms srv busy other
   for ((r = 1; r <= ROUNDS; r++)); do
     for c in $CLIENTS; do
       for name in "${names[@]}"; do
         k="$name|$c|$r"
         # shellcheck disable=SC2059
         printf "$fmt" "$name" "$c" "$r" "$(printf '%.0f' "${R[$k|tps]}")" \
-          "$(us_per_tx "${R[$k|cpu]}" "${R[$k|n]}")" \
+          "$(us_per_tx "${R[$k|cpu]}" "${R[$k|n]}")" "$(us_per_tx "${R[$k|pg]}" "${R[$k|n]}")" \
+          "$(us_per_tx "${R[$k|bench]}" "${R[$k|n]}")" \
           "$(awk -v h="${R[$k|hand]}" -v s="${R[$k|secs]}" 'BEGIN { printf "%.1f", h / s }')" \
           "${R[$k|p99]}" "${R[$k|max]}" "${R[$k|srv]}" \
+          "$(awk -v b="${R[$k|busy]}" -v s="${R[$k|secs]}" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", b / h / s }')" \
           "$(awk -v b="${R[$k|busy]}" -v p="${R[$k|cpu]}" -v q="${R[$k|bench]}" -v g="${R[$k|pg]}" \
             -v s="${R[$k|secs]}" -v h="$CLK_TCK" 'BEGIN { o = (b - p - q - g) / h / s; if (o < 0) o = 0; printf "%.2f", o }')"
       done
     done
   done
-  echo "(pooler_us/tx: utime+stime of the supervisor and all workers per transaction; handoffs/s:"
-  echo " change of sum(pgfleet_server_handoffs_total) over the run / run time; p99_ms, max_ms:"
-  echo " per-transaction latency from pgbench -l; srv: server connections PostgreSQL shows for the"
-  echo " target's role after the run; other: cores busy with anything but the pooler, PostgreSQL"
-  echo " and pgbench: noise from other work on the machine)"
+  echo "(pooler_us/tx: utime+stime of the supervisor and all workers per transaction; pg_us/tx and"
+  echo " pgbench_us/tx: the same for PostgreSQL's processes and for pgbench; handoffs/s: change of"
+  echo " sum(pgfleet_server_handoffs_total) over the run / run time; p99_ms, max_ms: per-transaction"
+  echo " latency from pgbench -l; srv: server connections PostgreSQL shows for the target's role"
+  echo " after the run; busy: cores busy on the machine (of $(nproc)); other: cores busy with anything"
+  echo " but the pooler, PostgreSQL and pgbench: noise from other work on the machine)"
   echo
   echo "== ratios workers $WORKERS_A / workers $WORKERS_B (all rounds summed; goal: TPS >= 0.90)"
-  local fmt2='%7s %8s %14s %18s\n' sa sb
+  local fmt2='%7s %8s %14s %18s %10s %14s\n' sa sb ga gb ta tb
   # shellcheck disable=SC2059
-  printf "$fmt2" clients TPS pooler_us/tx "us/tx (A / B)"
+  printf "$fmt2" clients TPS pooler_us/tx "us/tx (A / B)" pg_us/tx "all_us/tx (*)"
   local a=pgfleet_w$WORKERS_A b=pgfleet_w$WORKERS_B
   for c in $CLIENTS; do
-    declare -A S=([a_tps]=0 [b_tps]=0 [a_n]=0 [b_n]=0 [a_cpu]=0 [b_cpu]=0)
+    declare -A S=([a_tps]=0 [b_tps]=0 [a_n]=0 [b_n]=0 [a_cpu]=0 [b_cpu]=0 [a_pg]=0 [b_pg]=0
+      [a_all]=0 [b_all]=0)
     for ((r = 1; r <= ROUNDS; r++)); do
       for who in a b; do
         name=${!who}
@@ -264,14 +269,24 @@ run_part1() {
         S[${who}_tps]=$(awk -v x="${S[${who}_tps]}" -v y="${R[$k|tps]}" 'BEGIN { print x + y }')
         S[${who}_n]=$((${S[${who}_n]} + ${R[$k|n]}))
         S[${who}_cpu]=$((${S[${who}_cpu]} + ${R[$k|cpu]}))
+        S[${who}_pg]=$((${S[${who}_pg]} + ${R[$k|pg]}))
+        S[${who}_all]=$((${S[${who}_all]} + ${R[$k|cpu]} + ${R[$k|pg]} + ${R[$k|bench]}))
       done
     done
     sa=$(us_per_tx "${S[a_cpu]}" "${S[a_n]}")
     sb=$(us_per_tx "${S[b_cpu]}" "${S[b_n]}")
+    ga=$(us_per_tx "${S[a_pg]}" "${S[a_n]}")
+    gb=$(us_per_tx "${S[b_pg]}" "${S[b_n]}")
+    ta=$(us_per_tx "${S[a_all]}" "${S[a_n]}")
+    tb=$(us_per_tx "${S[b_all]}" "${S[b_n]}")
     # shellcheck disable=SC2059
-    printf "$fmt2" "$c" "$(ratio "${S[a_tps]}" "${S[b_tps]}")" "$(ratio "$sa" "$sb")" "$sa / $sb"
+    printf "$fmt2" "$c" "$(ratio "${S[a_tps]}" "${S[b_tps]}")" "$(ratio "$sa" "$sb")" "$sa / $sb" \
+      "$(ratio "$ga" "$gb")" "$(ratio "$ta" "$tb")"
     unset S
   done
+  echo "(*) pooler + PostgreSQL + pgbench CPU per transaction: where every core is busy, TPS follows"
+  echo "    its inverse."
+
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 #include "pooler/budget/client_budget.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -11,8 +13,17 @@
 
 namespace pgfleet::budget {
 
-ClientBudget::Region* ClientBudget::Map(int fd) {
-  void* p = mmap(nullptr, sizeof(Region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+ClientBudget::Region* ClientBudget::Map(int fd, size_t* size) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return nullptr;
+  const size_t held = static_cast<size_t>(st.st_size);
+  if (held < kPreBalanceSize) {
+    errno = EINVAL;  // not a client budget region
+    return nullptr;
+  }
+  // Pages past the end of the memfd would fault: map only what it holds.
+  *size = std::min(held, sizeof(Region));
+  void* p = mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? nullptr : static_cast<Region*>(p);
 }
 
@@ -27,22 +38,57 @@ absl::StatusOr<int> ClientBudget::CreateSharedRegion() {
 }
 
 void ClientBudget::ReleaseSlot(int region_fd, uint32_t slot) {
-  Region* region = Map(region_fd);
+  size_t size = 0;
+  Region* region = Map(region_fd, &size);
   if (region == nullptr) return;
-  int64_t held = region->per_slot[slot % kSlots].exchange(0);
+  slot %= kSlots;
+  if (size >= sizeof(Region)) region->takes_clients[slot].store(0);
+  int64_t held = region->per_slot[slot].exchange(0);
   region->total.fetch_sub(held);
-  munmap(region, sizeof(Region));
+  munmap(region, size);
 }
 
 ClientBudget::~ClientBudget() {
-  if (region_ != nullptr) munmap(region_, sizeof(Region));
+  if (region_ != nullptr) munmap(region_, region_size_);
 }
 
 absl::Status ClientBudget::AttachShared(int region_fd, uint32_t slot) {
-  region_ = Map(region_fd);
+  region_ = Map(region_fd, &region_size_);
   if (region_ == nullptr) return absl::InternalError(base::StrCat("mmap: ", strerror(errno)));
   slot_ = slot % kSlots;
+  balance_ = region_size_ >= sizeof(Region);
+  if (balance_) {
+    uint32_t seen = region_->max_slot.load();
+    while (seen < slot_ && !region_->max_slot.compare_exchange_weak(seen, slot_)) {
+    }
+  }
   return absl::OkStatus();
+}
+
+void ClientBudget::SetTakesClients(bool takes) {
+  if (balance_) region_->takes_clients[slot_].store(takes ? 1 : 0);
+}
+
+std::optional<uint32_t> ClientBudget::SiblingWithFewerClients() const {
+  if (!balance_) return std::nullopt;
+  const uint32_t limit = std::min<uint32_t>(kSlots - 1, region_->max_slot.load());
+  std::optional<uint32_t> fewest;
+  int64_t least = region_->per_slot[slot_].load(std::memory_order_relaxed);
+  for (uint32_t slot = 0; slot <= limit; ++slot) {
+    if (slot == slot_ || region_->takes_clients[slot].load(std::memory_order_relaxed) == 0) {
+      continue;
+    }
+    const int64_t held = region_->per_slot[slot].load(std::memory_order_relaxed);
+    if (held < least) {
+      least = held;
+      fewest = slot;
+    }
+  }
+  return fewest;
+}
+
+int64_t ClientBudget::mine() const {
+  return region_ == nullptr ? local_ : region_->per_slot[slot_].load(std::memory_order_relaxed);
 }
 
 bool ClientBudget::TryAcquire() {

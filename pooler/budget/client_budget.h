@@ -5,7 +5,9 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 
@@ -34,16 +36,38 @@ class ClientBudget {
   void Release();
   int64_t pod_total() const;
 
+  // Even client balance (docs/architecture.md, "Client balance"): the kernel spreads a port's
+  // connections over the workers by a hash of their addresses, so with few clients some workers
+  // get twice as many as others. A worker that takes clients its siblings pass it says so here
+  // while it serves (off from the start of its shutdown).
+  void SetTakesClients(bool takes);
+  // The sibling that takes clients and holds the fewest, when that is fewer than this worker
+  // holds: a new connection goes there. nullopt without one (or without a shared region, or in
+  // a region made by an older binary that has no room for the balance).
+  std::optional<uint32_t> SiblingWithFewerClients() const;
+  // This worker's clients (the shared count, or the local one).
+  int64_t mine() const;
+
  private:
+  // Shared by every worker of the pod. A worker of a newer binary may attach to the region of
+  // an older supervisor (a rolling restart after an upgrade): fields are only ever added at the
+  // end, and a worker uses only what the region's size holds.
   struct Region {
     std::atomic<int64_t> total;
     std::atomic<int64_t> per_slot[kSlots];
+    // Even client balance (pre-balance regions end above).
+    std::atomic<uint32_t> max_slot;  // the highest slot that ever attached (bounds scans)
+    std::atomic<uint8_t> takes_clients[kSlots];
   };
-  static Region* Map(int fd);
+  static constexpr size_t kPreBalanceSize = offsetof(Region, max_slot);
+  // Maps the region; `size` is what the region holds (at most sizeof(Region)).
+  static Region* Map(int fd, size_t* size);
 
   int limit_;
   int64_t local_ = 0;
   Region* region_ = nullptr;
+  size_t region_size_ = 0;
+  bool balance_ = false;  // the region has the balance fields
   uint32_t slot_ = 0;
 };
 

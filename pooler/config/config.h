@@ -58,6 +58,10 @@ struct ListenConfig {
   int port = 6432;                    // 0 = pick a free port (logged at start)
   std::string unix_socket_dir;        // empty = no unix socket; socket is .s.PGSQL.<port>
   int backlog = 1024;
+  // Even client balance across the pod's workers (docs/architecture.md, "Client balance"): a
+  // worker that holds more clients than a sibling passes a new connection to the one with the
+  // fewest before reading from it. Off: the kernel's SO_REUSEPORT hash alone spreads them.
+  bool balance_clients = true;
 };
 
 // Settings a database may override; unset fields take the `pool:` section's value.

@@ -518,6 +518,7 @@ bool ReadRoot(Loader& loader, const YAML::Node& root, Config& config) {
     listen.Int("port", config.listen.port);
     listen.String("unix_socket_dir", config.listen.unix_socket_dir);
     listen.Int("backlog", config.listen.backlog);
+    listen.Bool("balance_clients", config.listen.balance_clients);
     listen.Finish();
   }
   s.String("workers", config.workers);

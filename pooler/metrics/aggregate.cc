@@ -153,6 +153,7 @@ void AddWorkerStats(const WorkerStats& from, AddMode mode, WorkerStats* into) {
   into->set_cancels_rate_limited(into->cancels_rate_limited() + from.cancels_rate_limited());
   into->set_servers_handed_over(into->servers_handed_over() + from.servers_handed_over());
   into->set_servers_adopted(into->servers_adopted() + from.servers_adopted());
+  into->set_clients_balanced(into->clients_balanced() + from.clients_balanced());
   into->set_prepared_statements_prepared(into->prepared_statements_prepared() +
                                          from.prepared_statements_prepared());
   into->set_prepared_statements_hits(into->prepared_statements_hits() +

@@ -308,6 +308,10 @@ static const WorkerCounter kWorkerCounters[] = {
     {names::kServerHandoffs,
      "Idle server connections handed to a sibling worker of the pod whose clients waited.",
      [](const peering::v1::WorkerStats& s) { return s.servers_handed_over(); }},
+    {names::kClientsBalanced,
+     "Client connections accepted by a worker and passed to a sibling worker with fewer clients "
+     "(listen.balance_clients).",
+     [](const peering::v1::WorkerStats& s) { return s.clients_balanced(); }},
 };
 for (const auto& c : kWorkerCounters) {
   auto f = Family(c.name, c.help, MetricType::Counter);

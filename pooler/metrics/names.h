@@ -75,6 +75,7 @@ inline constexpr std::string_view kClientsRejected = "pgfleet_clients_rejected_t
 inline constexpr std::string_view kCancelRateLimited = "pgfleet_cancel_rate_limited_total";
 // One pool per pod: idle servers a worker handed to a sibling whose clients waited.
 inline constexpr std::string_view kServerHandoffs = "pgfleet_server_handoffs_total";
+inline constexpr std::string_view kClientsBalanced = "pgfleet_clients_balanced_total";
 inline constexpr std::string_view kErrors = "pgfleet_errors_total";  // {class, worker}
 // {event, worker}: event is prepared | hit | reprepare | eviction.
 inline constexpr std::string_view kPreparedStatements = "pgfleet_prepared_statements_total";

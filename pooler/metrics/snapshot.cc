@@ -197,6 +197,7 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
   out->set_cancels_rate_limited(counters.cancels_rate_limited);
   out->set_servers_handed_over(counters.servers_handed_over);
   out->set_servers_adopted(counters.servers_adopted);
+  out->set_clients_balanced(counters.clients_balanced);
   out->set_rss_bytes(ResidentBytes());
   for (size_t i = 0; i < counters.errors_by_class.size(); ++i) {
     if (counters.errors_by_class[i] == 0) continue;

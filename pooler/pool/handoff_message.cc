@@ -89,6 +89,7 @@ std::string Encode(const HandoffMessage& message, bool with_statements) {
       w.U32(0);
     }
   }
+  if (message.kind == HandoffMessage::Kind::kClient) w.Str(message.peer_address);
   return std::move(w.bytes());
 }
 
@@ -171,6 +172,7 @@ absl::StatusOr<HandoffMessage> DecodeHandoff(std::string_view bytes) {
     case HandoffMessage::Kind::kServer:
     case HandoffMessage::Kind::kRoom:
     case HandoffMessage::Kind::kEvict:
+    case HandoffMessage::Kind::kClient:
       message.kind = static_cast<HandoffMessage::Kind>(kind);
       break;
     default:
@@ -200,6 +202,9 @@ absl::StatusOr<HandoffMessage> DecodeHandoff(std::string_view bytes) {
     for (std::string& tail : s.statements) {
       if (!c.Str(&tail)) return Malformed("truncated statement");
     }
+  }
+  if (message.kind == HandoffMessage::Kind::kClient && !c.Str(&message.peer_address)) {
+    return Malformed("truncated peer address");
   }
   if (c.remaining() != 0) return Malformed("trailing bytes");
   return message;

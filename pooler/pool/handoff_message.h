@@ -1,6 +1,7 @@
 // What workers of one pod tell each other to share a pool (docs/architecture.md, "One pool per
 // pod"): a request for an idle server, a server handed over (its socket travels beside the message
-// with SCM_RIGHTS), and word that room was freed. Pure: encoded to and decoded from bytes, so unit
+// with SCM_RIGHTS), word that room was freed, and a new client connection passed on (docs/
+// architecture.md, "Client balance"). Pure: encoded to and decoded from bytes, so unit
 // tests and a fuzzer drive it; a malformed message is an error, never a crash.
 #pragma once
 
@@ -50,12 +51,16 @@ struct HandoffMessage {
     // server user `user` (when not empty) is full, not the pool: close an idle server of a pool
     // that shares it, then answer kRoom.
     kEvict = 4,
+    // A client connection `from` accepted and passes on before reading a byte of it (even
+    // client balance); its socket is attached, and `peer_address` is what accept() said.
+    kClient = 5,
   };
   Kind kind = Kind::kRequest;
   uint32_t from = 0;  // the sender's local peer id
   std::string database;
   std::string user;
-  ServerHandoff server;  // kServer only
+  ServerHandoff server;      // kServer only
+  std::string peer_address;  // kClient only
 
   bool operator==(const HandoffMessage&) const = default;
 };
@@ -64,7 +69,8 @@ struct HandoffMessage {
 // statements would not fit is encoded without them and with statements_complete = false.
 inline constexpr size_t kMaxHandoffMessageBytes = 64 * 1024;
 
-// `server` is encoded for kServer only (the other kinds decode with a default one). The result is
+// `server` is encoded for kServer only and `peer_address` for kClient only (the other kinds
+// decode with defaults). The result is
 // at most kMaxHandoffMessageBytes unless the login and tracked parameters alone exceed it.
 std::string EncodeHandoff(const HandoffMessage& message);
 // InvalidArgumentError for anything EncodeHandoff could not have written: another version, an

@@ -131,6 +131,10 @@ void PoolRegistry::OnHandoff(HandoffMessage message, int fd) {
     case HandoffMessage::Kind::kEvict:
       EvictForSibling(message);
       return;
+    case HandoffMessage::Kind::kClient:
+      // A sibling with more clients passed a new connection on before reading from it.
+      if (fd >= 0) AcceptClient(fd, std::move(message.peer_address));
+      return;
     case HandoffMessage::Kind::kServer:
       break;
   }

@@ -93,6 +93,8 @@ struct WorkerCounters {
   // One pool per pod: idle servers given to / taken from sibling workers.
   uint64_t servers_handed_over = 0;
   uint64_t servers_adopted = 0;
+  // Client connections accepted here and passed to a sibling with fewer (listen.balance_clients).
+  uint64_t clients_balanced = 0;
   uint64_t server_login_failures = 0;
   uint64_t protocol_errors = 0;
   uint64_t cancels_rate_limited = 0;                    // pool.cancel_rate_limit

@@ -68,6 +68,7 @@ absl::Status Worker::Init() {
       close(fd);
       return;
     }
+    if (PassClientToSibling(fd, peer)) return;
     registry_->AcceptClient(fd, std::move(peer));
   };
   std::vector<int> fds = options_.inherited_listen_fds;
@@ -102,6 +103,7 @@ absl::Status Worker::Init() {
       });
   RETURN_IF_ERROR(signals_->Start());
   RETURN_IF_ERROR(StartPeering());
+  UpdateTakesClients();
   RETURN_IF_ERROR(StartAdmin());
   RETURN_IF_ERROR(StartMetrics());
   if (options_.ready_fd >= 0) {
@@ -200,13 +202,37 @@ void Worker::Reload() {
   registry_->context().set_tls(*std::move(tls));
   SetFleetConfig(*config);
   fleet_->UpdateConfig(*config);
+  UpdateTakesClients();
   PGFLEET_LOG(kInfo, "reloaded", "config=", options_.config_path);
+}
+
+void Worker::UpdateTakesClients() {
+  registry_->client_budget().SetTakesClients(handoff_ != nullptr && !shutting_down_ &&
+                                             config_->listen.balance_clients);
+}
+
+bool Worker::PassClientToSibling(int fd, const std::string& peer) {
+  if (handoff_ == nullptr || !config_->listen.balance_clients) return false;
+  // The kernel hashes a port's connections over its SO_REUSEPORT sockets, so a few clients can
+  // land twice as thick on one worker as on another; nothing has been read from this one yet,
+  // so a sibling serves it as if it had accepted it.
+  const std::optional<uint32_t> sibling = registry_->client_budget().SiblingWithFewerClients();
+  if (!sibling.has_value()) return false;
+  pool::HandoffMessage message;
+  message.kind = pool::HandoffMessage::Kind::kClient;
+  message.from = local_peer_id_;
+  message.peer_address = peer;
+  if (!handoff_->Send(*sibling, message, fd)) return false;  // served here after all
+  close(fd);
+  ++registry_->context().counters().clients_balanced;
+  return true;
 }
 
 void Worker::BeginShutdown() {
   PGFLEET_LOG(kInfo, "shutdown_started",
               "timeout_s=", absl::ToInt64Seconds(config_->pool.shutdown_timeout));
   shutting_down_ = true;
+  UpdateTakesClients();
   OnShutdownStarted();
   shutdown_deadline_ = loop_.now() + config_->pool.shutdown_timeout;
   // Stop accepting and close this process's copies of the listening sockets. Under a supervisor

@@ -67,6 +67,11 @@ class Worker {
   absl::Status StartMetrics();
   void SetFleetConfig(const config::Config& fleet);
   void OnShutdownStarted();
+  // Even client balance: passes a just-accepted connection to the sibling with the fewest
+  // clients when that is fewer than this worker's. True when it went (the fd is closed here).
+  bool PassClientToSibling(int fd, const std::string& peer);
+  // Whether siblings may pass this worker clients: while it serves, when the config says so.
+  void UpdateTakesClients();
   void BeginShutdown();
   void CheckShutdown();
 

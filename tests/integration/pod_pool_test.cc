@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -368,6 +369,66 @@ TEST_F(PodPoolTest, AFullDatabaseBudgetIsFreedByASiblingsIdleServer) {
   }
   EXPECT_TRUE(tried) << "no client of otheruser landed on the other worker in 30 tries";
   EXPECT_LE(ServerConnections("postgres") + ServerConnections("otheruser"), 2);
+}
+
+// Clients per worker as SHOW CLIENTS lists them (the console's own connection included).
+std::map<std::string, int> ClientsPerWorker(const ConnPtr& admin) {
+  std::map<std::string, int> per_worker;
+  for (auto& row : RowsOf(Exec(admin, "SHOW CLIENTS"))) ++per_worker[row.at("worker")];
+  return per_worker;
+}
+
+TEST_F(PodPoolTest, NewClientsAreSpreadEvenlyOverTheWorkers) {
+  // The kernel hashes connections over the workers' SO_REUSEPORT sockets: 12 clients on 4
+  // workers land 3 to a worker about 2% of the time. A worker holding more clients than a
+  // sibling passes a new one on before reading from it, so every step keeps the workers within
+  // one client of each other.
+  PgfleetProcess fleet(PodConfig(4, 4, "admin:\n  users: [admin]\n"));
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(fleet, 4));
+  ConnPtr admin = Connect(fleet.ConnString("admin", "pgfleet"));
+  ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
+  // WaitForWorkers' probe is gone: only the console is left.
+  ASSERT_EQ(WaitFor([&] { return RowsOf(Exec(admin, "SHOW CLIENTS")).size(); },
+                    [](size_t n) { return n == 1; }),
+            1u);
+  std::vector<ConnPtr> clients;
+  for (int i = 0; i < 12; ++i) {
+    clients.push_back(Connect(fleet.ConnString()));
+    ASSERT_TRUE(Ok(clients.back())) << ErrorOf(clients.back());
+    ASSERT_TRUE(ResultOk(Exec(clients.back(), "SELECT 1"))) << ErrorOf(clients.back());
+  }
+  const std::map<std::string, int> per_worker = ClientsPerWorker(admin);
+  ASSERT_EQ(per_worker.size(), 4u);
+  int fewest = 13, most = 0, total = 0;
+  std::string spread;
+  for (const auto& [worker, n] : per_worker) {
+    fewest = std::min(fewest, n);
+    most = std::max(most, n);
+    total += n;
+    absl::StrAppend(&spread, " worker ", worker, ": ", n);
+  }
+  EXPECT_EQ(total, 13);
+  EXPECT_LE(most - fewest, 1) << spread;
+  // Every client was served where it ended up, passed on or not.
+  for (auto& c : clients) EXPECT_TRUE(ResultOk(Exec(c, "SELECT 2"))) << ErrorOf(c);
+  // What the counter says adds up with what SHOW CLIENTS shows: each pass is one client.
+  EXPECT_LE(MetricSum(fleet, "pgfleet_clients_balanced_total"), 13);
+}
+
+TEST_F(PodPoolTest, WithoutBalanceTheKernelAloneSpreadsClients) {
+  PgfleetProcess fleet(PodConfig(4, 4), /*userlist=*/"", "  balance_clients: false\n");
+  ASSERT_NO_FATAL_FAILURE(WaitForWorkers(fleet, 4));
+  std::vector<ConnPtr> clients;
+  for (int i = 0; i < 12; ++i) {
+    clients.push_back(Connect(fleet.ConnString()));
+    ASSERT_TRUE(Ok(clients.back())) << ErrorOf(clients.back());
+    ASSERT_TRUE(ResultOk(Exec(clients.back(), "SELECT 1"))) << ErrorOf(clients.back());
+  }
+  // Workers publish their counters every 500 ms: wait until the 12 accepts (and the probe's) show.
+  ASSERT_GE(WaitFor([&] { return MetricSum(fleet, "pgfleet_client_connections_total"); },
+                    [](double n) { return n >= 13; }),
+            13);
+  EXPECT_EQ(MetricSum(fleet, "pgfleet_clients_balanced_total"), 0);
 }
 
 }  // namespace

@@ -67,6 +67,20 @@ TEST(HandoffMessageTest, EvictRoundTripsWithEitherBudgetNamed) {
   EXPECT_EQ(RoundTrip(m), m);
 }
 
+TEST(HandoffMessageTest, ClientRoundTripsWithItsPeerAddress) {
+  HandoffMessage m;
+  m.kind = HandoffMessage::Kind::kClient;
+  m.from = 4;
+  for (const char* peer : {"127.0.0.1:51234", "[::1]:6432", "unix", ""}) {
+    m.peer_address = peer;
+    EXPECT_EQ(RoundTrip(m), m);
+  }
+  // Only a client carries a peer address.
+  m.kind = HandoffMessage::Kind::kRequest;
+  m.peer_address = "127.0.0.1:1";
+  EXPECT_EQ(RoundTrip(m).peer_address, "");
+}
+
 TEST(HandoffMessageTest, NonServerKindsCarryNoServer) {
   HandoffMessage m = FullServer();
   m.kind = HandoffMessage::Kind::kRequest;
@@ -127,9 +141,11 @@ TEST(HandoffMessageTest, StatementsThatJustFitAreKept) {
 }
 
 TEST(HandoffMessageTest, EveryTruncationIsRejected) {
-  std::vector<HandoffMessage> messages = {FullServer(), HandoffMessage{}};
+  std::vector<HandoffMessage> messages = {FullServer(), HandoffMessage{}, HandoffMessage{}};
   messages[1].kind = HandoffMessage::Kind::kRoom;
   messages[1].database = "d";
+  messages[2].kind = HandoffMessage::Kind::kClient;
+  messages[2].peer_address = "10.0.0.1:40000";
   for (const HandoffMessage& m : messages) {
     std::string bytes = EncodeHandoff(m);
     for (size_t len = 0; len < bytes.size(); ++len) {
@@ -155,7 +171,7 @@ TEST(HandoffMessageTest, BadVersionKindAndFlagAreRejected) {
   std::string bad = good;
   bad[0] = static_cast<char>(bad[0] + 1);
   EXPECT_EQ(DecodeHandoff(bad).status().code(), absl::StatusCode::kInvalidArgument);
-  for (char kind : {0, 4, -1}) {
+  for (char kind : {0, 4, 5, 6, -1}) {
     bad = good;
     bad[1] = kind;
     EXPECT_EQ(DecodeHandoff(bad).status().code(), absl::StatusCode::kInvalidArgument);
