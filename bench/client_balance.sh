@@ -155,19 +155,6 @@ for name in "${names[@]}"; do
   ((n >= WORKERS)) || die "$name: $n of $WORKERS workers after 10 s"
 done
 
-# metric_sum HOST:PORT NAME: sum of a metric's samples on the supervisor's /metrics.
-metric_sum() {
-  local host=${1%:*} port=${1#*:} sum
-  exec 3<>"/dev/tcp/$host/$port" || {
-    echo 0
-    return
-  }
-  printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$host" >&3
-  sum=$(awk -v m="$2" '$1 ~ "^"m"([{]|$)" { s += $NF } END { printf "%d\n", s }' <&3)
-  exec 3>&-
-  echo "$sum"
-}
-
 # spread PORT: "fewest-most" clients per worker process, from the established sockets.
 spread() {
   ss -tnpH state established "( sport = :$1 )" | grep -o 'pid=[0-9]*' | sort | uniq -c |
@@ -185,15 +172,7 @@ pgbench_args() { # CLIENTS PORT ROLE SECONDS
 
 max_clients=0
 for c in $CLIENTS; do ((c > max_clients)) && max_clients=$c; done
-if ((WARMUP > 0)); then
-  for name in "${names[@]}"; do
-    log "warm-up $name: ${WARMUP}s at $max_clients clients"
-    # shellcheck disable=SC2046
-    run_pgbench "$BENCH_TMP/warmup-$name.out" \
-      $(pgbench_args "$max_clients" "${TARGET_PORT[$name]}" "b_$name" "$WARMUP") ||
-      die "warm-up through $name failed; see $BENCH_TMP/warmup-$name.out"
-  done
-fi
+warm_up "$max_clients" "$WARMUP" "${names[@]}"
 
 declare -A R=()
 failures=0

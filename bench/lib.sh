@@ -752,6 +752,40 @@ syscount_stop() {
 # ---------------------------------------------------------------------------------------------
 # pgbench
 
+# metric_sum HOST:PORT NAME: the sum of metric NAME's samples (every worker's) on the /metrics
+# endpoint at HOST:PORT now; 0 when the address is empty or does not answer.
+metric_sum() {
+  local host=${1%:*} port=${1#*:} sum
+  [[ -n "$1" ]] || {
+    echo 0
+    return
+  }
+  exec 3<>"/dev/tcp/$host/$port" || {
+    echo 0
+    return
+  }
+  printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$host" >&3
+  sum=$(awk -v m="$2" 'index($0, m) == 1 && substr($0, length(m) + 1, 1) ~ /[{ ]/ { s += $NF }
+    END { printf "%d\n", s }' <&3)
+  exec 3>&-
+  echo "$sum"
+}
+
+# warm_up CLIENTS SECONDS NAME...: a pgbench run of SECONDS at CLIENTS through each target, with
+# the caller's `pgbench_args CLIENTS PORT ROLE SECONDS` and role b_NAME; dies if one fails.
+warm_up() {
+  local clients=$1 seconds=$2 name
+  shift 2
+  ((seconds > 0)) || return 0
+  for name in "$@"; do
+    log "warm-up $name: ${seconds}s at $clients clients"
+    # shellcheck disable=SC2046
+    run_pgbench "$BENCH_TMP/warmup-$name.out" \
+      $(pgbench_args "$clients" "${TARGET_PORT[$name]}" "b_$name" "$seconds") ||
+      die "warm-up through $name failed; see $BENCH_TMP/warmup-$name.out"
+  done
+}
+
 # run_pgbench OUTFILE ARGS...: run pgbench, output to OUTFILE. Sets BENCH_TICKS to pgbench's
 # own CPU (user+sys ticks, from `times` in a subshell whose only child is pgbench); returns
 # pgbench's exit status.

@@ -101,23 +101,6 @@ for c in $CLIENTS; do ((c > max_clients)) && max_clients=$c; done
 pg_start 300
 pg_init_bench "$DB" "$SCALE"
 
-# metrics_handoffs HOST:PORT: sum over workers of pgfleet_server_handoffs_total now.
-metrics_handoffs() {
-  local host=${1%:*} port=${1#*:} sum
-  [[ -n "$1" ]] || {
-    echo 0
-    return
-  }
-  exec 3<>"/dev/tcp/$host/$port" || {
-    echo 0
-    return
-  }
-  printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$host" >&3
-  sum=$(awk '/^pgfleet_server_handoffs_total[{ ]/ { s += $NF } END { printf "%d\n", s }' <&3)
-  exec 3>&-
-  echo "$sum"
-}
-
 # pod_pgfleet_start NAME WORKERS POOL_SIZE EXTRA_YAML: lib.sh's pgfleet_start with this pool size,
 # the admin console open to postgres (SHOW CLIENTS tells which worker a client is on), and EXTRA.
 pod_pgfleet_start() {
@@ -158,15 +141,7 @@ run_part1() {
     ((jobs <= c)) || jobs=$c
     echo "-n -S -M $PROTOCOL -c $c -j $jobs -T $4 -h 127.0.0.1 -p $2 -U $3 $DB"
   }
-  if ((WARMUP > 0)); then
-    for name in "${names[@]}"; do
-      log "warm-up $name: ${WARMUP}s at $max_clients clients"
-      # shellcheck disable=SC2046
-      run_pgbench "$BENCH_TMP/warmup-$name.out" \
-        $(pgbench_args "$max_clients" "${TARGET_PORT[$name]}" "b_$name" "$WARMUP") ||
-        die "warm-up through $name failed; see $BENCH_TMP/warmup-$name.out"
-    done
-  fi
+  warm_up "$max_clients" "$WARMUP" "${names[@]}"
 
   local r c i n k out prefix pids p0 p1 g0 g1 m0 m1 h0 h1 t0 t1 rc tps processed failed lat
   for ((r = 1; r <= ROUNDS; r++)); do
@@ -178,7 +153,7 @@ run_part1() {
         out="$BENCH_TMP/run-$name-c$c-r$r.out"
         prefix="$BENCH_TMP/lat-$name-c$c-r$r"
         log "round $r/$ROUNDS: $name clients=$c for ${DURATION}s"
-        h0=$(metrics_handoffs "${TARGET_METRICS[$name]}")
+        h0=$(metric_sum "${TARGET_METRICS[$name]}" pgfleet_server_handoffs_total)
         pids=$(descendants "${TARGET_PID[$name]}")
         # shellcheck disable=SC2086
         p0=$(proc_cpu_ticks $pids)
@@ -195,7 +170,7 @@ run_part1() {
         # shellcheck disable=SC2046
         p1=$(proc_cpu_ticks $(descendants "${TARGET_PID[$name]}"))
         sleep 1.2 # workers publish their counters every 500 ms
-        h1=$(metrics_handoffs "${TARGET_METRICS[$name]}")
+        h1=$(metric_sum "${TARGET_METRICS[$name]}" pgfleet_server_handoffs_total)
         tps=$(pgbench_field "$out" tps)
         processed=$(pgbench_field "$out" processed)
         failed=$(pgbench_field "$out" failed)
