@@ -3,6 +3,7 @@
 
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,7 +47,13 @@ struct PodServerCounts::Slot {
   std::atomic<int32_t> shedding;  // servers being closed to get under the share
 };
 
+// Which layout a region has: bumped on any change to Region or Slot. During a rolling restart
+// after an upgrade, workers of the new build attach to the region the running supervisor made
+// with the old one; they must refuse it, not misread it or fault past its end.
+constexpr uint64_t kLayout = 0x7067'666c'0000'0003;  // "pgfl", version 3
+
 struct PodServerCounts::Region {
+  std::atomic<uint64_t> layout;      // kLayout, written by CreateSharedRegion
   std::atomic<uint32_t> max_worker;  // the highest worker id that attached (bounds scans)
   std::atomic<int64_t> lease_start_us;
   std::atomic<int64_t> lease_timeout_us;
@@ -71,7 +78,14 @@ absl::StatusOr<int> PodServerCounts::CreateSharedRegion() {
     close(fd);
     return absl::InternalError(base::StrCat("ftruncate: ", strerror(errno)));
   }
-  return fd;  // zero-filled: every slot empty, every count 0
+  Region* region = Map(fd);
+  if (region == nullptr) {
+    close(fd);
+    return absl::InternalError(base::StrCat("mmap: ", strerror(errno)));
+  }
+  region->layout.store(kLayout);
+  munmap(region, sizeof(Region));
+  return fd;  // otherwise zero-filled: every slot empty, every count 0
 }
 
 void PodServerCounts::ReleaseWorker(int region_fd, uint32_t worker) {
@@ -103,8 +117,25 @@ PodServerCounts::~PodServerCounts() {
 }
 
 absl::Status PodServerCounts::AttachShared(int region_fd, uint32_t worker) {
+  struct stat st;
+  if (fstat(region_fd, &st) != 0) {
+    return absl::InternalError(base::StrCat("fstat: ", strerror(errno)));
+  }
+  const auto other_build = [&](std::string_view what) {
+    return absl::FailedPreconditionError(base::StrCat(
+        "the pod's shared server counts were made by another pgfleet build (", what,
+        "): a rolling restart cannot change their layout; restart the whole pod (the supervisor) "
+        "to run this build"));
+  };
+  if (static_cast<size_t>(st.st_size) != sizeof(Region)) {
+    return other_build(base::StrCat(st.st_size, " bytes, this build uses ", sizeof(Region)));
+  }
   Region* shared = Map(region_fd);
   if (shared == nullptr) return absl::InternalError(base::StrCat("mmap: ", strerror(errno)));
+  if (shared->layout.load() != kLayout) {
+    munmap(shared, sizeof(Region));
+    return other_build("layout version differs");
+  }
   if (region_ != nullptr) munmap(region_, sizeof(Region));
   region_ = shared;
   shared_ = true;

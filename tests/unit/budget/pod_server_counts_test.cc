@@ -3,11 +3,14 @@
 #include "pooler/budget/pod_server_counts.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -207,6 +210,41 @@ TEST(PodServerCountsPrivate, WithoutASupervisorOneWorkerCountsAlone) {
   EXPECT_FALSE(counts.TryReserve({{pool, 1}}));
   counts.AddIdle(pool, 1);
   EXPECT_EQ(counts.SiblingWithIdle(pool), std::nullopt);
+}
+
+TEST(PodServerCountsRegion, ARegionOfAnotherBuildIsRefused) {
+  // A rolling restart after an upgrade: the running supervisor made the region with the old
+  // build's layout. The new build's worker refuses it instead of misreading it.
+  auto good = PodServerCounts::CreateSharedRegion();
+  ASSERT_TRUE(good.ok()) << good.status();
+  struct stat st;
+  ASSERT_EQ(fstat(*good, &st), 0);
+
+  const int smaller = memfd_create("old-servers", 0);
+  ASSERT_GE(smaller, 0);
+  ASSERT_EQ(ftruncate(smaller, st.st_size - 8), 0);
+  PodServerCounts a;
+  const absl::Status refused = a.AttachShared(smaller, 1);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("restart the whole pod"), std::string_view::npos) << refused;
+  // It still counts privately, as before the attempt.
+  const auto pool = a.Intern(PodServerCounts::PoolKeyText("app", "alice"));
+  ASSERT_TRUE(pool.has_value());
+  EXPECT_TRUE(a.TryReserve({{*pool, 1}}));
+
+  // The same size, another layout version (its first 8 bytes).
+  const int same_size = memfd_create("other-servers", 0);
+  ASSERT_GE(same_size, 0);
+  ASSERT_EQ(ftruncate(same_size, st.st_size), 0);
+  const uint64_t other_layout = 0x7067666c00000002;
+  ASSERT_EQ(pwrite(same_size, &other_layout, sizeof(other_layout), 0), 8);
+  PodServerCounts b;
+  EXPECT_EQ(b.AttachShared(same_size, 1).code(), absl::StatusCode::kFailedPrecondition);
+  PodServerCounts c;
+  EXPECT_TRUE(c.AttachShared(*good, 1).ok());
+  close(smaller);
+  close(same_size);
+  close(*good);
 }
 
 }  // namespace
