@@ -4,14 +4,13 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
-#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -69,12 +68,30 @@ bool PortInUse(const std::string& address, int port) {
   return in_use;
 }
 
-// The pid a lock file names, when it holds one.
-std::optional<int> LockHolder(const std::string& path) {
-  int pid = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadSmallFile(path)), &pid) || pid <= 0) {
-    return std::nullopt;
+sockaddr_un AbstractAddress(const std::string& name, socklen_t* length) {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  // sun_path[0] stays NUL: the abstract namespace. The name is not NUL-terminated; its length is.
+  const size_t n = std::min(name.size(), sizeof(addr.sun_path) - 1);
+  std::memcpy(addr.sun_path + 1, name.data(), n);
+  *length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  return addr;
+}
+
+// The pid of the process that holds the lock `name`, asked by connecting to it.
+std::optional<int> LockHolder(const std::string& name) {
+  socklen_t length = 0;
+  const sockaddr_un addr = AbstractAddress(name, &length);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  std::optional<int> pid;
+  struct ucred cred = {};
+  socklen_t cred_length = sizeof(cred);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), length) == 0 &&
+      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_length) == 0 && cred.pid > 0) {
+    pid = cred.pid;
   }
+  close(fd);
   return pid;
 }
 
@@ -86,43 +103,40 @@ std::string ProcessName(int pid) {
 }  // namespace
 
 ListenGuard::~ListenGuard() {
-  // The file stays: removing a lock file races with a process that has just opened it.
   if (lock_fd_ >= 0) close(lock_fd_);
 }
 
-std::string ListenLockPath(const std::string& dir, const std::string& address, int port) {
-  std::string name = address.empty() ? "*" : address;
-  for (char& c : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != ':') {
-      c = '_';
-    }
-  }
-  return base::StrCat(dir, "/pgfleet-", name, "-", port, ".lock");
+std::string ListenLockName(const std::string& address, int port) {
+  return base::StrCat("pgfleet-listen-", address.empty() ? "*" : address, "-", port);
 }
 
-absl::Status ListenGuard::Acquire(const std::string& lock_dir, const std::string& address, int port,
+absl::Status ListenGuard::Acquire(const std::string& address, int port,
                                   const std::string& unix_socket_dir) {
   const std::string where = HostPort(address, port);
   if (port != 0) {
-    // Best effort: a directory pgfleet cannot write leaves the probe alone to decide.
-    const std::string path = ListenLockPath(lock_dir, address, port);
-    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        close(fd);
-        const std::optional<int> pid = LockHolder(path);
-        return absl::FailedPreconditionError(base::StrCat(
-            "cannot listen on ", where, ": another pgfleet already serves it (",
-            pid.has_value() ? base::StrCat("pid ", *pid, ", ") : std::string(), "lock file ", path,
-            "); stop it first, or give this one another listen.address or listen.port"));
-      }
-      const std::string pid = base::StrCat(getpid(), "\n");
-      if (ftruncate(fd, 0) != 0 || write(fd, pid.data(), pid.size()) < 0) {
-        // The lock holds all the same; only the pid another pgfleet would report is missing.
-      }
-      lock_fd_ = fd;
-      lock_path_ = path;
+    const std::string name = ListenLockName(address, port);
+    socklen_t length = 0;
+    const sockaddr_un addr = AbstractAddress(name, &length);
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      return absl::InternalError(base::StrCat("socket(AF_UNIX): ", strerror(errno)));
     }
+    if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), length) != 0) {
+      const int bind_errno = errno;
+      close(fd);
+      if (bind_errno != EADDRINUSE) {
+        return absl::InternalError(
+            base::StrCat("bind of the listen lock @", name, ": ", strerror(bind_errno)));
+      }
+      const std::optional<int> pid = LockHolder(name);
+      return absl::FailedPreconditionError(base::StrCat(
+          "cannot listen on ", where, ": another pgfleet already serves it (",
+          pid.has_value() ? base::StrCat("pid ", *pid, ", ") : std::string(), "lock @", name,
+          "); stop it first, or give this one another listen.address or listen.port"));
+    }
+    // Listening, so that a pgfleet refused can connect and learn who holds it (SO_PEERCRED).
+    listen(fd, 4);
+    lock_fd_ = fd;
     if (PortInUse(address, port)) {
       const std::string who = FindTcpListener(address, port);
       return absl::FailedPreconditionError(base::StrCat(

@@ -4,9 +4,11 @@
 // share of new clients.
 //
 // Two checks, before the supervisor binds anything:
-//  - a lock file, `<dir>/pgfleet-<address>-<port>.lock`, flock'ed for the supervisor's life and
-//    holding its pid: two pgfleets that start at the same moment cannot both pass the probe, and
-//    the one refused can name the one serving;
+//  - a lock: a unix socket bound to `pgfleet-listen-<address>-<port>` in the abstract namespace and
+//    listening for the supervisor's life. Two pgfleets that start at the same moment cannot both
+//    pass the probe, and the one refused learns the holder's pid by connecting (SO_PEERCRED). The
+//    abstract namespace belongs to the network namespace, as the port does, and a name is freed
+//    with the last descriptor of its socket: a pgfleet that is killed leaves no lock file behind;
 //  - a probe: a socket bound to the address and port WITHOUT SO_REUSEPORT (with SO_REUSEADDR, so
 //    that connections in TIME_WAIT do not count) fails with EADDRINUSE while any socket listens
 //    there, reuseport or not, pgfleet or not, whatever lock directory it used. The probe is closed
@@ -30,25 +32,23 @@ class ListenGuard {
   ListenGuard& operator=(const ListenGuard&) = delete;
   ~ListenGuard();
 
-  // Takes the lock for `address:port` in `lock_dir` and probes the port (port 0: no probe, the
+  // Takes the lock for `address:port` and probes the port (port 0: no lock and no probe, the
   // kernel picks a free one) and the unix socket `unix_socket_dir`/.s.PGSQL.`port` (when set).
   // FailedPrecondition naming the address and, when it can be found, the process serving it.
-  [[nodiscard]] absl::Status Acquire(const std::string& lock_dir, const std::string& address,
-                                     int port, const std::string& unix_socket_dir);
+  [[nodiscard]] absl::Status Acquire(const std::string& address, int port,
+                                     const std::string& unix_socket_dir);
   // Once the port is known (listen.port: 0): probes the unix socket for it.
   [[nodiscard]] static absl::Status CheckUnixSocketFree(const std::string& unix_socket_dir,
                                                         int port);
 
-  const std::string& lock_path() const { return lock_path_; }
+  bool locked() const { return lock_fd_ >= 0; }
 
  private:
   int lock_fd_ = -1;
-  std::string lock_path_;
 };
 
-// The lock file for `address:port` in `dir` (characters other than letters, digits, '.', '-' and
-// ':' in the address become '_').
-std::string ListenLockPath(const std::string& dir, const std::string& address, int port);
+// The lock's name in the abstract namespace, without its leading NUL (an empty address is "*").
+std::string ListenLockName(const std::string& address, int port);
 
 // Who listens on TCP `port` at `address` (or on any address when `address` is a wildcard), from
 // /proc/net/tcp{,6} and the processes' descriptors this process may read: "pid 123 (postgres)";

@@ -144,7 +144,7 @@ absl::Status Supervisor::Init() {
   // Before anything binds: a second pgfleet on this address and port (or anything else listening
   // there) is refused, where SO_REUSEPORT would let it in to take a share of the clients
   // (listen_guard.h).
-  RETURN_IF_ERROR(listen_guard_.Acquire(base, config_.listen.address, config_.listen.port,
+  RETURN_IF_ERROR(listen_guard_.Acquire(config_.listen.address, config_.listen.port,
                                         config_.listen.unix_socket_dir));
   // Metrics first: once the client port is bound it accepts, and workers should follow at once.
   RETURN_IF_ERROR(StartMetrics());

@@ -3,9 +3,11 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -65,39 +67,77 @@ class ListenGuardTest : public ::testing::Test {
   std::vector<int> fds_;
 };
 
-TEST_F(ListenGuardTest, AFreePortIsTakenAndItsLockNamesThisProcess) {
+TEST_F(ListenGuardTest, AFreePortIsTakenAndItsLockGoesWithTheGuard) {
   const int port = FreePort();
-  ListenGuard guard;
-  ASSERT_TRUE(guard.Acquire(dir_, "127.0.0.1", port, "").ok());
-  EXPECT_EQ(guard.lock_path(), ListenLockPath(dir_, "127.0.0.1", port));
-  EXPECT_TRUE(std::filesystem::exists(guard.lock_path()));
+  {
+    ListenGuard guard;
+    ASSERT_TRUE(guard.Acquire("127.0.0.1", port, "").ok());
+    EXPECT_TRUE(guard.locked());
+  }
+  ListenGuard again;
+  EXPECT_TRUE(again.Acquire("127.0.0.1", port, "").ok());
+  // Port 0 (the kernel picks one): nothing to lock.
+  ListenGuard any_port;
+  EXPECT_TRUE(any_port.Acquire("127.0.0.1", 0, "").ok());
+  EXPECT_FALSE(any_port.locked());
+}
+
+TEST_F(ListenGuardTest, AKilledHoldersLockIsFreeWithNothingLeftBehind) {
+  const int port = FreePort();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ListenGuard guard;
+    const char ok = guard.Acquire("127.0.0.1", port, "").ok() ? 'y' : 'n';
+    if (write(ready[1], &ok, 1) != 1) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char ok = 0;
+  ASSERT_EQ(read(ready[0], &ok, 1), 1);
+  close(ready[0]);
+  ASSERT_EQ(ok, 'y');
+  ListenGuard refused;
+  const absl::Status status = refused.Acquire("127.0.0.1", port, "");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("pid ", child)));
+  // SIGKILL: no destructor runs, and the kernel frees the name with the socket.
+  kill(child, SIGKILL);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ListenGuard next;
+  EXPECT_TRUE(next.Acquire("127.0.0.1", port, "").ok());
+  EXPECT_TRUE(std::filesystem::is_empty(dir_));  // no file anywhere of ours
 }
 
 TEST_F(ListenGuardTest, ASecondGuardOnTheSameAddressIsRefusedWithTheFirstsPid) {
   const int port = FreePort();
   ListenGuard first;
-  ASSERT_TRUE(first.Acquire(dir_, "127.0.0.1", port, "").ok());
+  ASSERT_TRUE(first.Acquire("127.0.0.1", port, "").ok());
   ListenGuard second;
-  const absl::Status status = second.Acquire(dir_, "127.0.0.1", port, "");
+  const absl::Status status = second.Acquire("127.0.0.1", port, "");
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("127.0.0.1:", port)));
   EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("pid ", getpid())));
   // Another port is another lock.
   ListenGuard other;
-  EXPECT_TRUE(other.Acquire(dir_, "127.0.0.1", FreePort(), "").ok());
+  EXPECT_TRUE(other.Acquire("127.0.0.1", FreePort(), "").ok());
 }
 
 TEST_F(ListenGuardTest, AReusePortListenerIsRefusedAndNamed) {
   const int port = ListenReusePort();
   ListenGuard guard;
-  const absl::Status status = guard.Acquire(dir_, "127.0.0.1", port, "");
+  const absl::Status status = guard.Acquire("127.0.0.1", port, "");
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("127.0.0.1:", port)));
   EXPECT_THAT(status.message(), HasSubstr("address already in use"));
   EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("pid ", getpid())));
   // A wildcard address conflicts with it too.
   ListenGuard any;
-  EXPECT_EQ(any.Acquire(dir_, "*", port, "").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(any.Acquire("*", port, "").code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(FindTcpListener("127.0.0.1", port).rfind(absl::StrCat("pid ", getpid()), 0), 0u);
   EXPECT_EQ(FindTcpListener("127.0.0.1", FreePort()), "");
 }
