@@ -87,10 +87,6 @@ std::optional<uint32_t> ClientBudget::SiblingWithFewerClients() const {
   return fewest;
 }
 
-int64_t ClientBudget::mine() const {
-  return region_ == nullptr ? local_ : region_->per_slot[slot_].load(std::memory_order_relaxed);
-}
-
 bool ClientBudget::TryAcquire() {
   if (region_ == nullptr) {
     if (limit_ > 0 && local_ >= limit_) return false;

@@ -45,8 +45,6 @@ class ClientBudget {
   // holds: a new connection goes there. nullopt without one (or without a shared region, or in
   // a region made by an older binary that has no room for the balance).
   std::optional<uint32_t> SiblingWithFewerClients() const;
-  // This worker's clients (the shared count, or the local one).
-  int64_t mine() const;
 
  private:
   // Shared by every worker of the pod. A worker of a newer binary may attach to the region of

@@ -114,29 +114,26 @@ absl::Status ListenGuard::Acquire(const std::string& address, int port,
                                   const std::string& unix_socket_dir) {
   const std::string where = HostPort(address, port);
   if (port != 0) {
+    // Best effort: where unix sockets are refused (a seccomp profile), the probe alone decides.
     const std::string name = ListenLockName(address, port);
     socklen_t length = 0;
     const sockaddr_un addr = AbstractAddress(name, &length);
     const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      return absl::InternalError(base::StrCat("socket(AF_UNIX): ", strerror(errno)));
-    }
-    if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), length) != 0) {
+    if (fd >= 0 && bind(fd, reinterpret_cast<const sockaddr*>(&addr), length) == 0) {
+      // Listening, so that a pgfleet refused can connect and learn who holds it (SO_PEERCRED).
+      listen(fd, 4);
+      lock_fd_ = fd;
+    } else if (fd >= 0) {
       const int bind_errno = errno;
       close(fd);
-      if (bind_errno != EADDRINUSE) {
-        return absl::InternalError(
-            base::StrCat("bind of the listen lock @", name, ": ", strerror(bind_errno)));
+      if (bind_errno == EADDRINUSE) {
+        const std::optional<int> pid = LockHolder(name);
+        return absl::FailedPreconditionError(base::StrCat(
+            "cannot listen on ", where, ": another pgfleet already serves it (",
+            pid.has_value() ? base::StrCat("pid ", *pid, ", ") : std::string(), "lock @", name,
+            "); stop it first, or give this one another listen.address or listen.port"));
       }
-      const std::optional<int> pid = LockHolder(name);
-      return absl::FailedPreconditionError(base::StrCat(
-          "cannot listen on ", where, ": another pgfleet already serves it (",
-          pid.has_value() ? base::StrCat("pid ", *pid, ", ") : std::string(), "lock @", name,
-          "); stop it first, or give this one another listen.address or listen.port"));
     }
-    // Listening, so that a pgfleet refused can connect and learn who holds it (SO_PEERCRED).
-    listen(fd, 4);
-    lock_fd_ = fd;
     if (PortInUse(address, port)) {
       const std::string who = FindTcpListener(address, port);
       return absl::FailedPreconditionError(base::StrCat(
