@@ -93,12 +93,16 @@ bool ClientBudget::TryAcquire() {
     ++local_;
     return true;
   }
+  return TryAcquireIn(slot_);
+}
+
+bool ClientBudget::TryAcquireIn(uint32_t slot) {
   if (limit_ > 0 && region_->total.fetch_add(1) >= limit_) {
     region_->total.fetch_sub(1);
     return false;
   }
   if (limit_ <= 0) region_->total.fetch_add(1);
-  region_->per_slot[slot_].fetch_add(1);
+  region_->per_slot[slot].fetch_add(1);
   return true;
 }
 
@@ -107,8 +111,20 @@ void ClientBudget::Release() {
     --local_;
     return;
   }
-  region_->per_slot[slot_].fetch_sub(1);
+  ReleaseIn(slot_);
+}
+
+void ClientBudget::ReleaseIn(uint32_t slot) {
+  region_->per_slot[slot].fetch_sub(1);
   region_->total.fetch_sub(1);
+}
+
+bool ClientBudget::TryAcquireFor(uint32_t sibling) {
+  return balance_ && TryAcquireIn(sibling % kSlots);
+}
+
+void ClientBudget::ReleaseFor(uint32_t sibling) {
+  if (balance_) ReleaseIn(sibling % kSlots);
 }
 
 int64_t ClientBudget::pod_total() const {

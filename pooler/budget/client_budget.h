@@ -45,6 +45,13 @@ class ClientBudget {
   // holds: a new connection goes there. nullopt without one (or without a shared region, or in
   // a region made by an older binary that has no room for the balance).
   std::optional<uint32_t> SiblingWithFewerClients() const;
+  // A connection passed to `sibling` is counted as the sibling's at once, not when it arrives:
+  // workers that choose where to pass their own new connections meanwhile must see it, or they
+  // all pick the same sibling. The sibling then takes it as holding its slot. False when the pod
+  // is at max_client_conn (the connection stays, to be refused here) or there is no balance.
+  [[nodiscard]] bool TryAcquireFor(uint32_t sibling);
+  // Gives back what TryAcquireFor took when the connection could not be passed after all.
+  void ReleaseFor(uint32_t sibling);
 
  private:
   // Shared by every worker of the pod. A worker of a newer binary may attach to the region of
@@ -60,6 +67,9 @@ class ClientBudget {
   static constexpr size_t kPreBalanceSize = offsetof(Region, max_slot);
   // Maps the region; `size` is what the region holds (at most sizeof(Region)).
   static Region* Map(int fd, size_t* size);
+  // TryAcquire and Release for any slot of the shared region.
+  bool TryAcquireIn(uint32_t slot);
+  void ReleaseIn(uint32_t slot);
 
   int limit_;
   int64_t local_ = 0;

@@ -23,18 +23,19 @@ PoolRegistry::PoolRegistry(net::EventLoop& loop, std::shared_ptr<const config::C
 
 PoolRegistry::~PoolRegistry() = default;
 
-void PoolRegistry::AcceptClient(int fd, std::string peer_address) {
+void PoolRegistry::AcceptClient(int fd, std::string peer_address, bool slot_taken) {
   net::TuneSocket(fd, config().pool.tcp_keepalive);
   auto* client =
       new ClientConn(context_, *this, fd, context_.NextConnectionId(), std::move(peer_address));
   if (!client->Register().ok()) {
     close(fd);
     delete client;
+    if (slot_taken) client_budget_.Release();
     return;
   }
   ++client_count_;
   ++context_.counters().clients_accepted;
-  client->set_holds_client_slot(client_budget_.TryAcquire());
+  client->set_holds_client_slot(slot_taken || client_budget_.TryAcquire());
   clients_.Add(client);
   clients_by_id_[client->id()] = client;
   PGFLEET_LOG(kDebug, "client_connect", "client=", client->id(), " addr=", client->peer_address());
@@ -132,8 +133,13 @@ void PoolRegistry::OnHandoff(HandoffMessage message, int fd) {
       EvictForSibling(message);
       return;
     case HandoffMessage::Kind::kClient:
-      // A sibling with more clients passed a new connection on before reading from it.
-      if (fd >= 0) AcceptClient(fd, std::move(message.peer_address));
+      // A sibling with more clients passed a new connection on before reading from it, and
+      // counted it as this worker's (ClientBudget::TryAcquireFor).
+      if (fd >= 0) {
+        AcceptClient(fd, std::move(message.peer_address), /*slot_taken=*/true);
+      } else {
+        client_budget_.Release();
+      }
       return;
     case HandoffMessage::Kind::kServer:
       break;

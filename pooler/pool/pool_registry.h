@@ -47,7 +47,9 @@ class PoolRegistry final : public ClientHost, public ServerDirectory {
   PauseState& pause_state() { return pause_state_; }
 
   // Takes ownership of an accepted socket.
-  void AcceptClient(int fd, std::string peer_address);
+  // `slot_taken`: a sibling that passed the connection already counted it as this worker's
+  // client in max_client_conn's shared count.
+  void AcceptClient(int fd, std::string peer_address, bool slot_taken = false);
 
   // The pool for (database config, user), created on first use.
   Pool* GetOrCreatePool(const config::DatabaseConfig& db, const std::string& user) override;

@@ -216,13 +216,17 @@ bool Worker::PassClientToSibling(int fd, const std::string& peer) {
   // The kernel hashes a port's connections over its SO_REUSEPORT sockets, so a few clients can
   // land twice as thick on one worker as on another; nothing has been read from this one yet,
   // so a sibling serves it as if it had accepted it.
-  const std::optional<uint32_t> sibling = registry_->client_budget().SiblingWithFewerClients();
-  if (!sibling.has_value()) return false;
+  pool::ClientBudget& budget = registry_->client_budget();
+  const std::optional<uint32_t> sibling = budget.SiblingWithFewerClients();
+  if (!sibling.has_value() || !budget.TryAcquireFor(*sibling)) return false;
   pool::HandoffMessage message;
   message.kind = pool::HandoffMessage::Kind::kClient;
   message.from = local_peer_id_;
   message.peer_address = peer;
-  if (!handoff_->Send(*sibling, message, fd)) return false;  // served here after all
+  if (!handoff_->Send(*sibling, message, fd)) {
+    budget.ReleaseFor(*sibling);
+    return false;  // served here after all
+  }
   close(fd);
   ++registry_->context().counters().clients_balanced;
   return true;

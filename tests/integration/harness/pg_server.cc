@@ -317,7 +317,10 @@ void PgServer::Exec(const std::string& sql, const std::string& dbname) const {
 }
 
 std::string PgServer::QueryValue(const std::string& sql, const std::string& dbname) const {
-  PGconn* conn = PQconnectdb(ConnString(dbname).c_str());
+  // Named as a probe: a test that samples pg_stat_activity in a loop (ServerConnectionsFor) must
+  // not count the backend of its own previous sample, which may still be exiting.
+  PGconn* conn = PQconnectdb(
+      absl::StrCat(ConnString(dbname), " application_name=", kProbeApplicationName).c_str());
   if (PQstatus(conn) != CONNECTION_OK) Die(absl::StrCat("connect: ", PQerrorMessage(conn)));
   PGresult* res = PQexec(conn, sql.c_str());
   std::string value;

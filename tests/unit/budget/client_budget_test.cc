@@ -70,6 +70,24 @@ TEST_F(ClientBudgetTest, ANewClientGoesToTheSiblingWithTheFewest) {
   EXPECT_EQ(a_.SiblingWithFewerClients(), 2u);  // b and c hold 2; the lower slot
 }
 
+TEST_F(ClientBudgetTest, APassedClientCountsForItsSiblingAtOnce) {
+  for (ClientBudget* budget : {&a_, &b_, &c_}) budget->SetTakesClients(true);
+  Acquire(a_, 2);
+  Acquire(c_, 1);
+  // a passes a connection to b: b counts it before it arrives, so c, choosing at the same
+  // moment, no longer sees b as holding fewer than itself.
+  ASSERT_EQ(a_.SiblingWithFewerClients(), 2u);
+  ASSERT_TRUE(a_.TryAcquireFor(2));
+  EXPECT_EQ(c_.SiblingWithFewerClients(), std::nullopt);
+  // The limit (4) is the pod's: the fourth client fills it, and nothing more is passed.
+  EXPECT_EQ(a_.pod_total(), 4);
+  EXPECT_FALSE(a_.TryAcquireFor(3));
+  // A pass that could not be sent gives its count back.
+  a_.ReleaseFor(2);
+  EXPECT_EQ(a_.pod_total(), 3);
+  EXPECT_EQ(c_.SiblingWithFewerClients(), 2u);
+}
+
 TEST_F(ClientBudgetTest, OnlySiblingsThatTakeClientsGetThem) {
   a_.set_limit(0);
   a_.SetTakesClients(true);
