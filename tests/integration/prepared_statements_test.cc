@@ -137,7 +137,8 @@ TEST_F(PreparedTest, StatementAlreadyOnServerGetsParseCompleteInOrder) {
   EXPECT_EQ(Types(a.ReadUntilReady()), "2DCZ");
   EXPECT_EQ(pg().QueryValue("SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
                             "'client backend' AND pid <> pg_backend_pid() AND backend_start >= '" +
-                            test_start_ + "'"),
+                            test_start_ + "' AND application_name <> '" +
+                            PgServer::kProbeApplicationName + "'"),
             "1");
 }
 
@@ -209,7 +210,8 @@ TEST_F(PreparedTest, FailedHiddenReparseIsTheErrorOfTheMessageThatNeededIt) {
   EXPECT_NE(failed[0].body.find("reparse_t"), std::string::npos) << failed[0].body;
   EXPECT_EQ(pg().QueryValue("SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
                             "'client backend' AND pid <> pg_backend_pid() AND backend_start >= '" +
-                            test_start_ + "'"),
+                            test_start_ + "' AND application_name <> '" +
+                            PgServer::kProbeApplicationName + "'"),
             "2");
   // The new server stays usable, and the statement whose Parse failed is not taken as present
   // there: once the table is back, the next Bind on it gets the statement parsed again.
