@@ -6,7 +6,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "pooler/base/strings.h"
@@ -87,23 +86,15 @@ absl::Status SendWithFd(int socket, std::string_view bytes, int fd) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<Received>> ReceiveWithFd(int socket, size_t max_bytes) {
-  // The waiting message's length first (MSG_PEEK | MSG_TRUNC give a datagram's whole length and
-  // leave it, descriptors included, in the queue): a buffer of max_bytes allocated and zeroed for
-  // every receive cost more than the rest of a hand-off (64 KiB, perf).
-  ssize_t length;
-  do {
-    length = recv(socket, nullptr, 0, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
-  } while (length < 0 && errno == EINTR);
-  if (length < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return std::nullopt;
-    return Errno("recv");
-  }
+absl::StatusOr<std::optional<Received>> ReceiveWithFd(int socket, size_t max_bytes,
+                                                      std::string& buffer) {
+  // One byte more than allowed, so that a message of exactly max_bytes is not mistaken for a
+  // truncated one; MSG_TRUNC catches the longer ones. A buffer allocated and zeroed per receive
+  // (64 KiB for a hand-off, twice per message with the read that finds nothing) cost more than
+  // the rest of a server hand-off (perf): the caller's is sized once.
+  if (buffer.size() < max_bytes + 1) buffer.resize(max_bytes + 1);
   Received received;
-  // One byte more than the message (or than allowed), so that a message of exactly max_bytes is
-  // not mistaken for a truncated one; MSG_TRUNC catches the longer ones.
-  received.bytes.resize(std::min(static_cast<size_t>(length), max_bytes) + 1);
-  iovec iov = {received.bytes.data(), received.bytes.size()};
+  iovec iov = {buffer.data(), max_bytes + 1};
   msghdr msg = {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -127,7 +118,7 @@ absl::StatusOr<std::optional<Received>> ReceiveWithFd(int socket, size_t max_byt
             : base::StrCat("handoff message longer than ", max_bytes, " bytes"));
   }
   TakeFds(&msg, &received.fd);
-  received.bytes.resize(static_cast<size_t>(n));
+  received.bytes = std::string_view(buffer.data(), static_cast<size_t>(n));
   return received;
 }
 

@@ -21,14 +21,17 @@ namespace pgfleet::net {
 absl::Status SendWithFd(int socket, std::string_view bytes, int fd);
 
 struct Received {
-  std::string bytes;
+  std::string_view bytes;  // in the caller's buffer, valid until its next receive
   int fd = -1;  // owned by the caller now (close-on-exec); -1 when the message carried none
 };
-// Receives one message of at most `max_bytes` in one recvmsg. nullopt when none is waiting. A
-// longer message, or more descriptors than fit, is an error and the descriptors that came are
-// closed; descriptors beyond the first are closed too (a sender here attaches at most one). A
-// peer that has closed reads as a message of zero bytes with no fd.
-absl::StatusOr<std::optional<Received>> ReceiveWithFd(int socket, size_t max_bytes);
+// Receives one message of at most `max_bytes` in one recvmsg, into `buffer`: the caller keeps one
+// buffer for all its receives, which is sized once (max_bytes + 1) and then neither allocated nor
+// zeroed again. nullopt when none is waiting. A longer message, or more descriptors than fit, is
+// an error and the descriptors that came are closed; descriptors beyond the first are closed too
+// (a sender here attaches at most one). A peer that has closed reads as a message of zero bytes
+// with no fd.
+absl::StatusOr<std::optional<Received>> ReceiveWithFd(int socket, size_t max_bytes,
+                                                      std::string& buffer);
 
 // A SOCK_SEQPACKET listener at `path` (a stale socket file there is replaced).
 absl::StatusOr<int> ListenSeqpacket(const std::string& path);

@@ -116,6 +116,16 @@ ServerConn* PoolRegistry::AdoptServer(Pool* pool, int fd, const ServerHandoff& m
 }
 
 void PoolRegistry::OnHandoff(HandoffMessage message, int fd) {
+  if (message.kind == HandoffMessage::Kind::kClient) {
+    // A sibling with more clients passed a new connection on before reading from it, and
+    // counted it as this worker's (ClientBudget::TryAcquireFor).
+    if (fd >= 0) {
+      AcceptClient(fd, std::move(message.peer_address), /*slot_taken=*/true);
+    } else {
+      client_budget_.Release();
+    }
+    return;
+  }
   auto pool = pools_.find(std::make_pair(message.database, message.user));
   switch (message.kind) {
     case HandoffMessage::Kind::kRequest:
@@ -133,14 +143,7 @@ void PoolRegistry::OnHandoff(HandoffMessage message, int fd) {
       EvictForSibling(message);
       return;
     case HandoffMessage::Kind::kClient:
-      // A sibling with more clients passed a new connection on before reading from it, and
-      // counted it as this worker's (ClientBudget::TryAcquireFor).
-      if (fd >= 0) {
-        AcceptClient(fd, std::move(message.peer_address), /*slot_taken=*/true);
-      } else {
-        client_budget_.Release();
-      }
-      return;
+      break;  // above: no pool
     case HandoffMessage::Kind::kServer:
       break;
   }

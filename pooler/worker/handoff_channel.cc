@@ -77,7 +77,8 @@ void HandoffChannel::Accept() {
 
 void HandoffChannel::Read(Inbound* inbound) {
   while (true) {
-    auto received = net::ReceiveWithFd(inbound->fd(), pool::kMaxHandoffMessageBytes);
+    auto received =
+        net::ReceiveWithFd(inbound->fd(), pool::kMaxHandoffMessageBytes, receive_buffer_);
     if (!received.ok()) {
       PGFLEET_LOG(kWarning, "handoff_receive_failed",
                   "error=", base::LogQuote(base::Sv(received.status().message())));

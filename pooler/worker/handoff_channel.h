@@ -45,6 +45,7 @@ class HandoffChannel final : public pool::ServerMover {
   std::unique_ptr<Listener> listener_;
   absl::flat_hash_map<Inbound*, std::unique_ptr<Inbound>> inbound_;
   absl::flat_hash_map<uint32_t, int> outbound_;  // sibling -> connected socket
+  std::string receive_buffer_;                   // every inbound message, one at a time
 };
 
 }  // namespace pgfleet::worker

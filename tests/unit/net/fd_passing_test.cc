@@ -42,6 +42,7 @@ class FdPassingTest : public ::testing::Test {
 
   int sockets_[2] = {-1, -1};
   int pipe_[2] = {-1, -1};
+  std::string buffer_;  // one for every receive, as a channel keeps it
 };
 
 TEST_F(FdPassingTest, SentDescriptorWorksOnTheOtherSide) {
@@ -50,7 +51,7 @@ TEST_F(FdPassingTest, SentDescriptorWorksOnTheOtherSide) {
   close(pipe_[1]);
   pipe_[1] = -1;
 
-  auto received = ReceiveWithFd(sockets_[1], 64);
+  auto received = ReceiveWithFd(sockets_[1], 64, buffer_);
   ASSERT_TRUE(received.ok()) << received.status();
   ASSERT_TRUE(received->has_value());
   EXPECT_EQ((*received)->bytes, "server");
@@ -67,20 +68,20 @@ TEST_F(FdPassingTest, SentDescriptorWorksOnTheOtherSide) {
 TEST_F(FdPassingTest, MessageWithoutDescriptor) {
   ASSERT_TRUE(SendWithFd(sockets_[0], "request", -1).ok());
   ASSERT_TRUE(SendWithFd(sockets_[0], std::string(64, 'x'), -1).ok());
-  auto received = ReceiveWithFd(sockets_[1], 64);
+  auto received = ReceiveWithFd(sockets_[1], 64, buffer_);
   ASSERT_TRUE(received.ok()) << received.status();
   ASSERT_TRUE(received->has_value());
   EXPECT_EQ((*received)->bytes, "request");
   EXPECT_EQ((*received)->fd, -1);
   // Exactly max_bytes is not a truncation.
-  received = ReceiveWithFd(sockets_[1], 64);
+  received = ReceiveWithFd(sockets_[1], 64, buffer_);
   ASSERT_TRUE(received.ok()) << received.status();
   ASSERT_TRUE(received->has_value());
   EXPECT_EQ((*received)->bytes, std::string(64, 'x'));
 }
 
 TEST_F(FdPassingTest, NothingWaitingIsNullopt) {
-  auto received = ReceiveWithFd(sockets_[1], 64);
+  auto received = ReceiveWithFd(sockets_[1], 64, buffer_);
   ASSERT_TRUE(received.ok()) << received.status();
   EXPECT_FALSE(received->has_value());
 }
@@ -88,7 +89,7 @@ TEST_F(FdPassingTest, NothingWaitingIsNullopt) {
 TEST_F(FdPassingTest, TooLongMessageIsAnErrorAndLeaksNoDescriptor) {
   int before = OpenFdCount();
   ASSERT_TRUE(SendWithFd(sockets_[0], std::string(65, 'x'), pipe_[1]).ok());
-  auto received = ReceiveWithFd(sockets_[1], 64);
+  auto received = ReceiveWithFd(sockets_[1], 64, buffer_);
   EXPECT_FALSE(received.ok());
   EXPECT_EQ(OpenFdCount(), before);
   // The descriptor that came was closed: with the sender's closed too, the pipe has no writer.
@@ -98,7 +99,7 @@ TEST_F(FdPassingTest, TooLongMessageIsAnErrorAndLeaksNoDescriptor) {
   EXPECT_EQ(read(pipe_[0], &byte, 1), 0);
   // The socket goes on with the next message.
   ASSERT_TRUE(SendWithFd(sockets_[0], "next", -1).ok());
-  received = ReceiveWithFd(sockets_[1], 64);
+  received = ReceiveWithFd(sockets_[1], 64, buffer_);
   ASSERT_TRUE(received.ok()) << received.status();
   ASSERT_TRUE(received->has_value());
   EXPECT_EQ((*received)->bytes, "next");
@@ -145,7 +146,8 @@ TEST(SeqpacketTest, ListenConnectAccept) {
   EXPECT_EQ(fcntl(*server, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
 
   ASSERT_TRUE(SendWithFd(*client, "hello", -1).ok());
-  auto received = ReceiveWithFd(*server, 16);
+  std::string buffer;
+  auto received = ReceiveWithFd(*server, 16, buffer);
   ASSERT_TRUE(received.ok()) << received.status();
   ASSERT_TRUE(received->has_value());
   EXPECT_EQ((*received)->bytes, "hello");
