@@ -655,6 +655,18 @@ proc_cpu_ticks() {
   echo "$total"
 }
 
+# proc_sleeps PID...: voluntary context switches (each a sleep that needed a wake-up) of every
+# thread of each PID, summed. Exited threads and processes are not counted.
+proc_sleeps() {
+  local pid total=0 n
+  for pid in "$@"; do
+    for n in $(awk '/^voluntary_ctxt_switches/ { print $2 }' /proc/"$pid"/task/*/status 2>/dev/null); do
+      total=$((total + n))
+    done
+  done
+  echo "$total"
+}
+
 # tree_cpu_ticks PID...: CPU of the processes and all their descendants, live or reaped. A
 # fleet's restarted workers are counted through their parent's cutime/cstime.
 tree_cpu_ticks() {

@@ -26,6 +26,9 @@
 #   SCALE=10             pgbench scale factor
 #   JOBS                 pgbench threads (default: nproc/2, at least 1, at most clients)
 #   PROTOCOL=simple      pgbench -M mode
+#   RATE                 pgbench -R: every target serves the same transactions per second (all
+#                        clients together), so CPU per transaction compares at the same load
+#                        instead of at each target's saturation (warm-up runs are rate-limited too)
 #   SYSCALLS=auto        auto | perf | strace | off (see lib.sh)
 #   SYSCALL_PASS=separate  separate: count syscalls in an extra DURATION run per pooler and
 #                        client count, so tracing never inflates the CPU figures; same: count
@@ -37,6 +40,7 @@
 #                        (the pooler's processes only; TPS/CPU come from the untraced runs), then
 #                        where its CPU went: share of samples per binary/kernel and top symbols
 #   PROFILE_TOP=25       symbols listed per profile
+#   PROFILE_ARGS         more `perf record` options, e.g. "-g" for call graphs (with KEEP_TMP=1)
 #   PGFLEET_BIN, PGBOUNCER_BIN, PG_BINDIR, BENCH_USER, KEEP_TMP: see lib.sh
 #   RESULTS_TSV          also write the raw per-run figures to this file
 set -euo pipefail
@@ -82,7 +86,7 @@ default_jobs=$(($(nproc) / 2))
 ((default_jobs >= 1)) || default_jobs=1
 echo "settings:    clients=[$CLIENTS] duration=${DURATION}s rounds=$ROUNDS warmup=${WARMUP}s" \
   "targets=[$TARGETS] pool_mode=transaction pool_size=$POOL_SIZE" \
-  "max_client_conn=$MAX_CLIENT_CONN scale=$SCALE protocol=$PROTOCOL" \
+  "max_client_conn=$MAX_CLIENT_CONN scale=$SCALE protocol=$PROTOCOL rate=${RATE:-none}" \
   "pgbench_threads=${JOBS:-$default_jobs} syscalls=${SYSCALL_TOOL:-n/a}" \
   "syscall_pass=$SYSCALL_PASS auth=$AUTH client_tls=$CLIENT_TLS" \
   "pgfleet_metrics=${PGFLEET_METRICS:-on} profile=${PROFILE:-off}"
@@ -152,7 +156,7 @@ done
 pgbench_args() { # CLIENTS PORT ROLE SECONDS
   local c=$1 jobs=${JOBS:-$default_jobs}
   ((jobs <= c)) || jobs=$c
-  echo "-n -S -M $PROTOCOL -c $c -j $jobs -T $4 -h 127.0.0.1 -p $2 -U $3 $DB"
+  echo "-n -S -M $PROTOCOL -c $c -j $jobs -T $4 ${RATE:+-R $RATE} -h 127.0.0.1 -p $2 -U $3 $DB"
 }
 
 # pooler_pids NAME: every PID of a pooler target right now (fleet workers included).
@@ -195,7 +199,7 @@ declare -A R=()
 # measure NAME CLIENTS ROUND PASS: one pgbench run. PASS "cpu": TPS and CPU, no tracing;
 # "sys": syscall count only (perf attached); "both": one run for all figures.
 measure() {
-  local name=$1 c=$2 r=$3 pass=$4 out pids p0 p1 g0 g1 m0 m1 t0 t1 sc=n/a rc=0 srv="-" secs
+  local name=$1 c=$2 r=$3 pass=$4 out pids p0 p1 w0 w1 h0=0 h1=0 g0 g1 m0 m1 t0 t1 sc=n/a rc=0 srv="-" secs
   out="$BENCH_TMP/run-$name-c$c-r$r-$pass.out"
   pids=$(pooler_pids "$name")
   if [[ "$pass" != cpu ]]; then
@@ -204,6 +208,10 @@ measure() {
   fi
   # shellcheck disable=SC2086
   p0=$(proc_cpu_ticks $pids)
+  # shellcheck disable=SC2086
+  w0=$(proc_sleeps $pids)
+  [[ -z "${TARGET_METRICS[$name]:-}" ]] ||
+    h0=$(metric_sum "${TARGET_METRICS[$name]}" pgfleet_server_handoffs_total)
   g0=$(tree_cpu_ticks "$PG_PID")
   m0=$(machine_busy_ticks)
   t0=$(date +%s.%N)
@@ -217,6 +225,10 @@ measure() {
   # Re-read the PID set: a worker restarted during the run is counted via its parent.
   # shellcheck disable=SC2046
   p1=$(proc_cpu_ticks $(pooler_pids "$name"))
+  # shellcheck disable=SC2086
+  w1=$(proc_sleeps $pids)
+  [[ -z "${TARGET_METRICS[$name]:-}" ]] ||
+    h1=$(metric_sum "${TARGET_METRICS[$name]}" pgfleet_server_handoffs_total)
   [[ "$pass" == cpu ]] || sc=$(syscount_stop)
   [[ "${KIND[$name]}" == direct ]] || srv=$(pg_server_conns "${ROLE[$name]}")
   local tps processed failed
@@ -232,6 +244,7 @@ measure() {
     R[$k|tps]=${tps:-0}
     R[$k|n]=${processed:-0}
     R[$k|pooler]=$((p1 - p0))
+    R[$k|sleeps]=$((w1 - w0))
     R[$k|srv]=$srv
     R[$k|pg]=$((g1 - g0))
     R[$k|bench]=$BENCH_TICKS
@@ -248,7 +261,8 @@ measure() {
       "$((g1 - g0))" "$BENCH_TICKS" "$((m1 - m0))" "$secs" "$CLK_TCK" >>"$RESULTS_TSV"
   fi
   log "  ${LABEL[$name]} clients=$c pass=$pass: tps=${tps:-?} transactions=${processed:-?}" \
-    "pooler_cpu=$(((p1 - p0) * 1000 / CLK_TCK))ms syscalls=$sc"
+    "pooler_cpu=$(((p1 - p0) * 1000 / CLK_TCK))ms syscalls=$sc sleeps=$((w1 - w0))" \
+    "server_handoffs=$((h1 - h0))"
 }
 
 # profile_run NAME CLIENTS: one pgbench run with `perf record` on the pooler's processes; the
@@ -258,7 +272,8 @@ profile_run() {
   data="$BENCH_TMP/perf-$name-c$c"
   pids=$(echo $(pooler_pids "$name"))
   [[ -n "$pids" ]] || return 0
-  perf record -q -F "${PROFILE_HZ:-1999}" -o "$data.data" -p "${pids// /,}" >"$data.log" 2>&1 &
+  # shellcheck disable=SC2086
+  perf record -q -F "${PROFILE_HZ:-1999}" ${PROFILE_ARGS:-} -o "$data.data" -p "${pids// /,}" >"$data.log" 2>&1 &
   rec=$!
   track_pid "$rec" INT
   sleep 0.5 # let it attach before the load starts
@@ -267,9 +282,9 @@ profile_run() {
     $(pgbench_args "$c" "${TARGET_PORT[$name]}" "${ROLE[$name]}" "$DURATION") ||
     log "profile run through ${LABEL[$name]} failed; see $data.pgbench"
   stop_pid "$rec" 30
-  perf report -i "$data.data" --stdio --no-children --sort dso --percent-limit 1 2>/dev/null |
+  perf report -i "$data.data" --stdio --no-children -g none --sort dso --percent-limit 1 2>/dev/null |
     grep -v -e '^#' -e '^$' | head -n 8 >"$data.dso"
-  perf report -i "$data.data" --stdio --no-children --sort dso,sym --percent-limit 0.5 \
+  perf report -i "$data.data" --stdio --no-children -g none --sort dso,sym --percent-limit 0.5 \
     2>/dev/null | grep -v -e '^#' -e '^$' | head -n "${PROFILE_TOP:-25}" >"$data.sym"
   # KEEP_TMP=1 keeps the recording for a closer look (perf report -i ... --dsos pgfleet).
   [[ "${KEEP_TMP:-0}" == 1 ]] || rm -f "$data.data"
@@ -319,9 +334,10 @@ per_tx() { awk -v s="$1" -v n="$2" 'BEGIN { if (s ~ /^[0-9]+$/ && n > 0) printf 
 
 echo
 echo "== results (pgbench -S -M $PROTOCOL, ${DURATION}s per run, $(nproc) cores)"
-fmt='%-20s %7s %5s %10s %10s %10s %5s %9s %9s %7s\n'
+fmt='%-20s %7s %5s %10s %10s %10s %9s %5s %9s %9s %7s\n'
 # shellcheck disable=SC2059
-printf "$fmt" target clients round TPS pooler_us/tx syscalls/tx srv pg_us/tx bench_us/tx other
+printf "$fmt" target clients round TPS pooler_us/tx syscalls/tx sleeps/tx srv pg_us/tx bench_us/tx \
+  other
 for ((r = 1; r <= ROUNDS; r++)); do
   for c in $CLIENTS; do
     for name in "${names[@]}"; do
@@ -329,15 +345,18 @@ for ((r = 1; r <= ROUNDS; r++)); do
       n=${R[$k|n]}
       if [[ "${KIND[$name]}" == direct ]]; then
         pooler=n/a
+        sleeps=n/a
       else
         pooler=$(us_per_tx "${R[$k|pooler]}" "$n")
+        sleeps=$(per_tx "${R[$k|sleeps]}" "$n")
       fi
       other=$(awk -v b="${R[$k|busy]}" -v p="${R[$k|pooler]}" -v g="${R[$k|pg]}" \
         -v q="${R[$k|bench]}" -v s="${R[$k|secs]}" -v h="$CLK_TCK" \
         'BEGIN { o = (b - p - g - q) / h / s; if (o < 0) o = 0; printf "%.2f", o }')
       # shellcheck disable=SC2059
       printf "$fmt" "${LABEL[$name]}" "$c" "$r" "$(printf '%.0f' "${R[$k|tps]}")" "$pooler" \
-        "$(per_tx "${R[$k|sys]:-n/a}" "${R[$k|sysn]:-0}")" "${R[$k|srv]}" "$(us_per_tx "${R[$k|pg]}" "$n")" \
+        "$(per_tx "${R[$k|sys]:-n/a}" "${R[$k|sysn]:-0}")" "$sleeps" \
+        "${R[$k|srv]}" "$(us_per_tx "${R[$k|pg]}" "$n")" \
         "$(us_per_tx "${R[$k|bench]}" "$n")" "$other"
     done
   done
@@ -345,6 +364,8 @@ done
 echo "(pooler_us/tx: pooler CPU (utime+stime, all threads and workers) per transaction;"
 echo " syscalls/tx: raw_syscalls:sys_enter of the pooler's processes per transaction"
 echo " (SYSCALL_PASS=$SYSCALL_PASS: separate = counted in an extra run, TPS/CPU come from untraced runs);"
+echo " sleeps/tx: the pooler's voluntary context switches per transaction (each a sleep in"
+echo " epoll_wait, or a lock, and a wake-up: most of a pooler's kernel time goes there);"
 echo " srv: server connections the target's role holds after the run; pg/bench_us/tx: CPU of"
 echo " PostgreSQL and pgbench per transaction; other: cores busy with anything else on the machine)"
 
@@ -412,6 +433,14 @@ if ((pairs > 0 || pairs2 > 0)); then
   printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (f / b)"
   for ((i = 0; i < pairs; i++)); do print_pair "${fleets[$i]}" "${bouncers[$i]}"; done
   for ((i = 0; i < pairs2; i++)); do print_pair "${fleets[$i]}" "${bouncers2[$i]}"; done
+fi
+if ((${#fleets[@]} > 1)); then
+  echo
+  echo "== ratios pgfleet / the first pgfleet target (workers: what more processes cost; with"
+  echo "   RATE, at the same load)"
+  # shellcheck disable=SC2059
+  printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (n / 1st)"
+  for ((i = 1; i < ${#fleets[@]}; i++)); do print_pair "${fleets[$i]}" "${fleets[0]}"; done
 fi
 pairs=${#fleets[@]}
 ((${#passes[@]} < pairs)) && pairs=${#passes[@]}

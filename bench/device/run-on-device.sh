@@ -17,18 +17,22 @@
 #      at 8 32 64 128 256 clients (ratios pair pgfleet:1/pgbouncer:1 and pgfleet:16/pgbouncer:16;
 #      pgfleet 1/4/16 shows the scaling, PgBouncer 16/1 the published fleet's 3.9x)
 #   B  bench/pod_pool_compare.sh (workers 4 vs 1 on one pod pool, then the hand-off latency)
-# A failure or timeout of one part never skips the other. Results in OUT (at most 6 files):
+#   C  bench/pgbench_compare.sh with RATE (pgbench -R): PgBouncer x1 and pgfleet 1/4/16 workers
+#      serving the same transactions per second, so CPU per transaction compares at the same load
+#      (issue 18: N workers within 10% of 1 worker's CPU per transaction)
+# A failure or timeout of one part never skips the others. Results in OUT (at most 7 files):
 #   summary.txt   machine, bundle, exact commands and environment, each part's report tables
 #   setup.log     unpacking, tool and user checks, library check on this machine
-#   a-fleet.log   a-fleet.tsv (raw figures per run)   b-podpool.log
+#   a-fleet.log   a-fleet.tsv (raw figures per run)   b-podpool.log   c-rate.log
 #   logs.tar.gz   the benchmarks' own temporary folders: pooler/PostgreSQL logs, configs, pgbench
 #                 outputs (no data directories, no per-transaction latency logs)
 #
-# Knobs (environment): QUICK=1; TOTAL_BUDGET (480 s: part A gets what part B's limit leaves);
+# Knobs (environment): QUICK=1; TOTAL_BUDGET (540 s: part A gets what parts B and C leave);
 # A_LIMIT (270) A_TARGETS A_CLIENTS ("8 32 64 128 256") A_DURATION (5) A_WARMUP (2) A_ROUNDS (1) A_SCALE (10)
 # A_POOL_SIZE (20); B_LIMIT (150) B_CLIENTS ("16 64") B_DURATION (8) B_WARMUP (2) B_SCALE (10)
-# B_HANDOFF_SAMPLES (200) B_BURST_SAMPLES (100) B_TLS_SAMPLES (60) B_TLS (auto); JOBS (pgbench
-# threads, default nproc/2); PARTS ("A B"); PG_EXTRA_ARGS (appended to the postmaster's command
+# B_HANDOFF_SAMPLES (200) B_BURST_SAMPLES (100) B_TLS_SAMPLES (60) B_TLS (auto); C_LIMIT (70)
+# C_TARGETS C_CLIENTS (64) C_RATE (40000) C_DURATION (5); JOBS (pgbench threads, default
+# nproc/2); PARTS ("A B C"); PG_EXTRA_ARGS (appended to the postmaster's command
 # line, e.g. "-c dynamic_shared_memory_type=mmap"; given, the preflight uses only it); BUNDLE;
 # DEV_ROOT (/tmp/pgfleet-device);
 # BENCH_USER (an existing account to use instead of creating pgfbench).
@@ -43,8 +47,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 : "${BENCH_USER_NAME:=pgfbench}"
 PG_EXTRA_ARGS_GIVEN=${PG_EXTRA_ARGS+given}
 : "${PG_EXTRA_ARGS:=}"
-: "${PARTS:=A B}"
-: "${TOTAL_BUDGET:=480}"
+: "${PARTS:=A B C}"
+: "${TOTAL_BUDGET:=540}"
 START=$SECONDS
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -471,7 +475,7 @@ export PYTHON=python3
 
 summ "" "== bundle"
 [[ -f "${R:-/nonexistent}/BUILDINFO" ]] && cat "$R/BUILDINFO" >>"$SUMMARY"
-summ "" "== environment for both parts" \
+summ "" "== environment for every part" \
   "PGFLEET_BIN=$PGFLEET_BIN (wrapper of $R/pgfleet/pgfleet; the sha256 in the parts' headers is the wrapper's, the binary's is under == bundle)" \
   "PGBOUNCER_BIN=$PGBOUNCER_BIN PG_BINDIR=$PG_BINDIR (wrappers: LD_LIBRARY_PATH=$R/lib)" \
   "BENCH_USER=$BENCH_USER TMPDIR=$TMPDIR SYSCALLS=off KEEP_TMP=1 JOBS=$JOBS" \
@@ -490,6 +494,7 @@ else
     : "${A_CLIENTS:=4 8}" "${A_DURATION:=2}" "${A_WARMUP:=1}" "${A_SCALE:=1}"
     : "${B_CLIENTS:=4 8}" "${B_DURATION:=2}" "${B_WARMUP:=1}" "${B_SCALE:=1}"
     : "${B_HANDOFF_SAMPLES:=30}" "${B_BURST_SAMPLES:=20}" "${B_TLS_SAMPLES:=20}"
+    : "${C_CLIENTS:=8}" "${C_DURATION:=2}" "${C_RATE:=500}"
   fi
   # Issue 18's run: PgBouncer x1 and x16 (so_reuseport) and pgfleet with 16 workers (1 and 4 for
   # the scaling curve) at 8 to 256 clients; 25 runs of 5 s fit part A's limit.
@@ -498,11 +503,16 @@ else
   : "${A_TARGETS:=pgbouncer:1 pgfleet:1 pgbouncer:16 pgfleet:16 pgfleet:4}"
   : "${B_LIMIT:=150}" "${B_CLIENTS:=16 64}" "${B_DURATION:=8}" "${B_WARMUP:=2}" "${B_SCALE:=10}"
   : "${B_HANDOFF_SAMPLES:=200}" "${B_BURST_SAMPLES:=100}" "${B_TLS_SAMPLES:=60}" "${B_TLS:=auto}"
+  # Same load: a rate one PgBouncer process serves on a 16-core machine (it peaks near 87k).
+  : "${C_LIMIT:=70}" "${C_CLIENTS:=64}" "${C_DURATION:=5}" "${C_RATE:=40000}"
+  : "${C_TARGETS:=pgbouncer:1 pgfleet:1 pgfleet:4 pgfleet:16}"
 
-  # Part A gets what is left of TOTAL_BUDGET after setup and part B's limit (+ kill grace).
+  # Part A gets what is left of TOTAL_BUDGET after setup and the limits of parts B and C (each
+  # plus its kill grace).
   if [[ " $PARTS " == *" A "* ]]; then
     left=$((TOTAL_BUDGET - (SECONDS - START) - 20))
     [[ " $PARTS " != *" B "* ]] || left=$((left - B_LIMIT - 20))
+    [[ " $PARTS " != *" C "* ]] || left=$((left - C_LIMIT - 20))
     a_limit=$((A_LIMIT < left ? A_LIMIT : left))
     ((a_limit >= 30)) || a_limit=30
     run_part A "fleet scaling, pgbench -S: pgbouncer 1/16, pgfleet 1/4/16" "$a_limit" \
@@ -520,6 +530,15 @@ else
       SCALE="$B_SCALE" HANDOFF_SAMPLES="$B_HANDOFF_SAMPLES" BURST_SAMPLES="$B_BURST_SAMPLES" \
       TLS_SAMPLES="$B_TLS_SAMPLES" TLS="$B_TLS" JOBS="$JOBS" \
       bash "$REPO/bench/pod_pool_compare.sh"
+  fi
+  if [[ " $PARTS " == *" C "* ]]; then
+    left=$((TOTAL_BUDGET - (SECONDS - START) - 20))
+    c_limit=$((C_LIMIT < left ? C_LIMIT : left))
+    ((c_limit >= 30)) || c_limit=30
+    run_part C "same load (pgbench -R $C_RATE): pgbouncer 1, pgfleet 1/4/16" "$c_limit" \
+      "$OUT/c-rate.log" -- TARGETS="$C_TARGETS" CLIENTS="$C_CLIENTS" DURATION="$C_DURATION" \
+      RATE="$C_RATE" WARMUP=1 ROUNDS=1 SCALE="$A_SCALE" POOL_SIZE="$A_POOL_SIZE" JOBS="$JOBS" \
+      SYSCALLS=off bash "$REPO/bench/pgbench_compare.sh"
   fi
   collect_logs
 fi
