@@ -458,7 +458,8 @@ EOF
       die "pgfleet rejects its config: $(cat "$dir/check.log")"
     fi
   fi
-  "$PGFLEET_BIN" --config "$dir/pgfleet.yaml" >"$dir/pgfleet.log" 2>&1 &
+  # shellcheck disable=SC2086  # POOLER_WRAPPER is a command line prefix (bench/instructions.sh)
+  ${POOLER_WRAPPER:-} "$PGFLEET_BIN" --config "$dir/pgfleet.yaml" >"$dir/pgfleet.log" 2>&1 &
   pid=$!
   track_pid "$pid" TERM
   wait_for_port "$port" "$pid" 30 || die "pgfleet did not start; see $dir/pgfleet.log"
@@ -536,7 +537,8 @@ log_connections = 0
 log_disconnections = 0
 EOF
     chown_bench_user "$dir"
-    (cd "$dir" && run_as_bench_user "$bin" -q "$dir/pgbouncer.ini") \
+    # shellcheck disable=SC2086  # POOLER_WRAPPER is a command line prefix
+    (cd "$dir" && run_as_bench_user ${POOLER_WRAPPER:-} "$bin" -q "$dir/pgbouncer.ini") \
       >"$dir/stdout.log" 2>&1 &
     pid=$!
     track_pid "$pid" TERM # TERM: immediate shutdown (INT would wait for clients)

@@ -7,7 +7,6 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "pg_query.pb.h"
@@ -52,21 +51,22 @@ size_t SkipBlanks(std::string_view sql, size_t pos) {
   return pos;
 }
 
-// Whether an underscore at `at` belongs to "advisory_" (pg_advisory_lock and its kin) or
-// "set_config": the only function calls that change a session. memchr finds underscores fast.
-bool NamesSessionFunction(std::string_view sql, size_t at) {
-  constexpr std::string_view kAdvisory = "advisory";
-  constexpr std::string_view kSet = "set";
-  constexpr std::string_view kConfig = "_config";
-  if (at >= kAdvisory.size() &&
-      absl::EqualsIgnoreCase(base::Av(sql.substr(at - kAdvisory.size(), kAdvisory.size())),
-                             base::Av(kAdvisory))) {
-    return true;
+// Whether `sql` holds `word` (lower-case ASCII letters and '_') at `at`, in any letter case.
+// `c | 0x20` maps exactly the two cases of a letter onto its lower case, and no other byte.
+bool HasWordAt(std::string_view sql, size_t at, std::string_view word) {
+  if (at > sql.size() || sql.size() - at < word.size()) return false;
+  for (size_t i = 0; i < word.size(); ++i) {
+    const char c = sql[at + i];
+    if ((word[i] == '_' ? c : static_cast<char>(c | 0x20)) != word[i]) return false;
   }
-  return at >= kSet.size() &&
-         absl::EqualsIgnoreCase(base::Av(sql.substr(at - kSet.size(), kSet.size())),
-                                base::Av(kSet)) &&
-         absl::StartsWithIgnoreCase(base::Av(sql.substr(at)), base::Av(kConfig));
+  return true;
+}
+
+// Whether an underscore at `at` belongs to "advisory_" (pg_advisory_lock and its kin) or
+// "set_config": the only function calls that change a session.
+bool NamesSessionFunction(std::string_view sql, size_t at) {
+  return (at >= 8 && HasWordAt(sql, at - 8, "advisory")) ||
+         (at >= 3 && HasWordAt(sql, at - 3, "set_config"));
 }
 
 std::string Lower(std::string_view s) { return absl::AsciiStrToLower(base::Av(s)); }
@@ -344,19 +344,27 @@ bool MayChangeSession(std::string_view sql) {
   for (std::string_view v : kSessionVerbs) {
     if (verb == v) return true;
   }
-  // Several statements in one Query: "BEGIN; SET ...; COMMIT". A ';' at the very end is one.
-  for (size_t at = sql.find(';', end); at != std::string_view::npos; at = sql.find(';', at + 1)) {
-    if (SkipBlanks(sql, at + 1) < sql.size() && sql[SkipBlanks(sql, at + 1)] != ';') return true;
-  }
-  for (size_t at = sql.find('_', end); at != std::string_view::npos; at = sql.find('_', at + 1)) {
-    if (NamesSessionFunction(sql, at)) return true;
-  }
-  // SELECT ... INTO TEMP t (and anything else naming "temp": a false alarm costs one parse).
-  constexpr std::string_view kTemp = "temp";
-  for (size_t at = 0; at + kTemp.size() <= sql.size(); ++at) {
-    if ((sql[at] | 0x20) == 't' &&
-        absl::EqualsIgnoreCase(base::Av(sql.substr(at, kTemp.size())), base::Av(kTemp))) {
-      return true;
+  // One pass over the rest for the three things that can hide after an ordinary first word
+  // (this runs on every Query and Parse, so no byte is looked at twice):
+  // - several statements in one Query, "BEGIN; SET ...; COMMIT" (a ';' at the very end is one);
+  // - the session functions, pg_advisory_lock() and set_config();
+  // - SELECT ... INTO TEMP t (and anything else naming "temp": a false alarm costs one parse).
+  for (size_t at = start; at < sql.size(); ++at) {
+    switch (sql[at]) {
+      case ';': {
+        const size_t next = SkipBlanks(sql, at + 1);
+        if (next < sql.size() && sql[next] != ';') return true;
+        break;
+      }
+      case '_':
+        if (NamesSessionFunction(sql, at)) return true;
+        break;
+      case 't':
+      case 'T':
+        if (HasWordAt(sql, at, "temp")) return true;
+        break;
+      default:
+        break;
     }
   }
   return false;
@@ -397,9 +405,9 @@ bool StartsWithListenVerb(std::string_view sql) {
          absl::ascii_isalpha(static_cast<unsigned char>(sql[end]))) {
     ++end;
   }
-  const std::string_view verb = sql.substr(start, end - start);
-  return absl::EqualsIgnoreCase(base::Av(verb), "listen") ||
-         absl::EqualsIgnoreCase(base::Av(verb), "unlisten");
+  const size_t length = end - start;
+  return (length == 6 && HasWordAt(sql, start, "listen")) ||
+         (length == 8 && HasWordAt(sql, start, "unlisten"));
 }
 
 std::string QuoteIdentifier(std::string_view name) {

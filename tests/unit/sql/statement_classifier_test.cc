@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <string>
+
 namespace pgfleet::sql {
 namespace {
 
@@ -49,6 +52,54 @@ TEST(MayChangeSessionTest, EverythingThatMayChangeASessionIsLetThrough) {
   EXPECT_TRUE(MayChangeSession("SELECT 1 INTO TEMP t"));
   // Block comments nest: the statement is the SET after the outer comment's end.
   EXPECT_TRUE(MayChangeSession("/* a /* b */ c */ SET x.y = 1"));
+}
+
+TEST(MayChangeSessionTest, FunctionNamesAndTempInAnyCaseAndAtTheEdges) {
+  EXPECT_TRUE(MayChangeSession("SELECT SeT_CoNfIg('a.b', 'c', false)"));
+  EXPECT_TRUE(MayChangeSession("SELECT Pg_Advisory_Xact_Lock(1)"));
+  EXPECT_TRUE(MayChangeSession("SELECT 1 INTO TeMp t"));
+  EXPECT_TRUE(MayChangeSession("SELECT 1 INTO temp"));  // "temp" as the last bytes
+  EXPECT_TRUE(MayChangeSession("advisory_x"));          // the underscore right after 8 letters
+  EXPECT_FALSE(MayChangeSession("SELECT 1 FROM te"));   // "te" at the end: no read past it
+  EXPECT_FALSE(MayChangeSession("SELECT a_b, set_conf FROM t"));
+  EXPECT_FALSE(MayChangeSession("SELECT a FROM t;;"));  // only empty statements after the ';'
+  // "set" + "_config" needs both halves; bytes that only look alike after | 0x20 do not match.
+  EXPECT_FALSE(MayChangeSession("SELECT se4_config(1)"));
+  EXPECT_FALSE(
+      MayChangeSession("SELECT \x14"
+                       "EMP"));
+}
+
+// The one-pass scan agrees with the plain definition (lower-case the text, then look for
+// "advisory_", "set_config", "temp" and a ';' followed by more than blanks and ';') on random
+// texts over an alphabet of the bytes that matter.
+TEST(MayChangeSessionTest, AgreesWithThePlainDefinitionOnRandomTexts) {
+  constexpr std::string_view kAlphabet = "aAdDvViIsSoOrRyYtTeEmMpPcCnNfFgG_; x\n4T\x14\x7f";
+  const auto plain = [](std::string_view sql) {
+    std::string lower(sql);
+    for (char& c : lower) {
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+    if (lower.find("advisory_") != std::string::npos ||
+        lower.find("set_config") != std::string::npos || lower.find("temp") != std::string::npos) {
+      return true;
+    }
+    for (size_t at = lower.find(';'); at != std::string::npos; at = lower.find(';', at + 1)) {
+      if (lower.find_first_not_of(" \n;", at + 1) != std::string::npos) return true;
+    }
+    return false;
+  };
+  uint64_t state = 0x9e3779b97f4a7c15u;
+  for (int round = 0; round < 20000; ++round) {
+    std::string text = "SELECT ";  // an ordinary first word: only the scan decides
+    state = state * 6364136223846793005u + 1442695040888963407u;
+    const size_t length = (state >> 33) % 24;
+    for (size_t i = 0; i < length; ++i) {
+      state = state * 6364136223846793005u + 1442695040888963407u;
+      text.push_back(kAlphabet[(state >> 33) % kAlphabet.size()]);
+    }
+    ASSERT_EQ(MayChangeSession(text), plain(text)) << "text: " << text;
+  }
 }
 
 TEST(ClassifyTest, SessionSettingsAndTheirResets) {
