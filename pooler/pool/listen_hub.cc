@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "pooler/pool/relay.h"
 #include "pooler/protocol/builders.h"
@@ -108,6 +109,12 @@ IdleListen ReadIdleListen(ClientStream& client, std::span<const uint8_t> data,
     return {};
   }
   if (data[0] == 'Q') {
+    // Nearly every Query is something else: a text that starts with a letter other than L or U
+    // cannot start with LISTEN or UNLISTEN, and is passed on before it is framed and read.
+    if (data.size() > protocol::kHeaderSize) {
+      const uint8_t first = data[protocol::kHeaderSize];
+      if (absl::ascii_isalpha(first) && (first | 0x20) != 'l' && (first | 0x20) != 'u') return {};
+    }
     protocol::StreamDecoder::Piece piece;
     if (protocol::StreamDecoder::PeekWhole(data, max_packet_size, &piece) !=
         protocol::FrameResult::kMessage) {

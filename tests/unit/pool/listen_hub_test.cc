@@ -67,6 +67,8 @@ TEST(ReadIdleListenTest, OneListenOrUnlistenAsASimpleQuery) {
   EXPECT_EQ(Read(Query(R"(  listen "Mixed ""Case""";)")).channel, "Mixed \"Case\"");
   EXPECT_EQ(Read(Query("/* c */ UNLISTEN jobs")).kind, IdleListen::Kind::kUnlisten);
   EXPECT_EQ(Read(Query("UNLISTEN *")).kind, IdleListen::Kind::kUnlistenAll);
+  EXPECT_EQ(Read(Query("unlisten *")).kind, IdleListen::Kind::kUnlistenAll);
+  EXPECT_EQ(Read(Query("(LISTEN a)")).kind, IdleListen::Kind::kNone);  // not LISTEN's grammar
   // Only the first message counts; what follows waits for the next call.
   EXPECT_EQ(Read(Query("LISTEN a") + Query("SELECT 1")).consumed, Query("LISTEN a").size());
 }

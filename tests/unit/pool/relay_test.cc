@@ -762,6 +762,14 @@ TEST(RelayTest, IdleDeallocateOfARenamedStatementIsAnsweredLocally) {
   EXPECT_EQ(Relay::AnswerIdleDeallocate(client, AsBytes(simple), answer), simple.size());
   EXPECT_EQ(answer.bytes(), Complete("DEALLOCATE") + Ready('I'));
   EXPECT_TRUE(client.statements.empty());
+  // In lower case and after spaces too (the first byte decides nothing else).
+  for (const char* sql : {"deallocate _pg3_1", "  DEALLOCATE PREPARE _pg3_1"}) {
+    link.FromClient(Parse("_pg3_1", "select 1") + Sync());
+    link.FromServer(ParseComplete() + Ready('I'));
+    StringSink again;
+    const std::string text = Query(sql);
+    EXPECT_EQ(Relay::AnswerIdleDeallocate(client, AsBytes(text), again), text.size()) << sql;
+  }
   // Not one of ours, or not a DEALLOCATE: the server answers.
   StringSink none;
   EXPECT_EQ(Relay::AnswerIdleDeallocate(client, AsBytes(simple), none), 0u);
