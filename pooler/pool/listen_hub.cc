@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "pooler/pool/relay.h"
 #include "pooler/protocol/builders.h"
@@ -109,11 +108,10 @@ IdleListen ReadIdleListen(ClientStream& client, std::span<const uint8_t> data,
     return {};
   }
   if (data[0] == 'Q') {
-    // Nearly every Query is something else: a text that starts with a letter other than L or U
-    // cannot start with LISTEN or UNLISTEN, and is passed on before it is framed and read.
-    if (data.size() > protocol::kHeaderSize) {
-      const uint8_t first = data[protocol::kHeaderSize];
-      if (absl::ascii_isalpha(first) && (first | 0x20) != 'l' && (first | 0x20) != 'u') return {};
+    const std::string_view bytes(reinterpret_cast<const char*>(data.data()), data.size());
+    if (bytes.size() > protocol::kHeaderSize &&
+        sql::StartsWithOtherLetter(bytes.substr(protocol::kHeaderSize), "lu")) {
+      return {};  // not LISTEN or UNLISTEN: passed on before it is framed and read
     }
     protocol::StreamDecoder::Piece piece;
     if (protocol::StreamDecoder::PeekWhole(data, max_packet_size, &piece) !=

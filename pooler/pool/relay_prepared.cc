@@ -2,12 +2,12 @@
 // (docs/architecture.md, "Prepared statements"), and DEALLOCATE answered by pgfleet.
 #include <optional>
 
-#include "absl/strings/ascii.h"
 #include "pooler/base/strings.h"
 #include "pooler/pool/relay.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/reader.h"
 #include "pooler/protocol/sqlstate.h"
+#include "pooler/sql/statement_classifier.h"
 
 namespace pgfleet::pool {
 
@@ -287,11 +287,10 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
 size_t Relay::AnswerIdleDeallocate(ClientStream& client, std::span<const uint8_t> data,
                                    protocol::ByteSink& to_client, char tx_status) {
   if (client.mid_message()) return 0;
-  // Nearly every Query is something else: one whose text starts with a letter other than D is
-  // passed on before it is framed and read (ParseDeallocate allows only spaces before the word).
-  if (data.size() > protocol::kHeaderSize && data[0] == 'Q') {
-    const uint8_t first = data[protocol::kHeaderSize];
-    if (absl::ascii_isalpha(first) && (first | 0x20) != 'd') return 0;
+  // ParseDeallocate allows only spaces before the word: another letter first is not one.
+  if (data.size() > protocol::kHeaderSize && data[0] == 'Q' &&
+      sql::StartsWithOtherLetter(AsText(data.subspan(protocol::kHeaderSize)), "d")) {
+    return 0;
   }
   constexpr size_t kMaxBatch = kMaxDeallocateMessage;
   data = data.first(std::min(data.size(), kMaxBatch));

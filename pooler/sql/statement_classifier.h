@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/strings/ascii.h"
 #include "pooler/sql/session_effects.h"
 
 namespace pgfleet::sql {
@@ -36,6 +37,16 @@ Classification Classify(std::string_view sql);
 // Whether `sql`'s first word (after blanks and comments) is LISTEN or UNLISTEN: the only texts
 // the LISTEN hub may answer (pool/listen_hub.h), checked before anything is parsed.
 bool StartsWithListenVerb(std::string_view sql);
+
+// Whether `sql` certainly starts with a word whose first letter is none of `initials` (lower
+// case): its first byte is such a letter. A blank, comment or parenthesis first says nothing
+// (false). The idle checks for DEALLOCATE and LISTEN ask it before they frame and read a Query:
+// almost every Query passes them by on its first byte.
+// Inline: it runs on every Query an idle client sends, twice.
+inline bool StartsWithOtherLetter(std::string_view sql, std::string_view initials) {
+  if (sql.empty() || !absl::ascii_isalpha(static_cast<unsigned char>(sql.front()))) return false;
+  return initials.find(static_cast<char>(sql.front() | 0x20)) == std::string_view::npos;
+}
 
 // `name` as a quoted SQL identifier ("a""b"), exactly as written (no case folding).
 std::string QuoteIdentifier(std::string_view name);

@@ -197,6 +197,18 @@ TEST(ClassifyTest, CountsTheStatementsOfAQuery) {
   EXPECT_EQ(Classify("LISTEN").statements, 0);  // does not parse
 }
 
+TEST(StartsWithOtherLetterTest, OnlyAFirstLetterOutsideTheInitialsSays) {
+  EXPECT_TRUE(StartsWithOtherLetter("SELECT 1", "lu"));
+  EXPECT_TRUE(StartsWithOtherLetter("select 1", "d"));
+  EXPECT_FALSE(StartsWithOtherLetter("LISTEN a", "lu"));
+  EXPECT_FALSE(StartsWithOtherLetter("unlisten *", "lu"));
+  EXPECT_FALSE(StartsWithOtherLetter("Deallocate x", "d"));
+  // Blanks, comments and parentheses first: the full check decides.
+  for (const char* sql : {" SELECT 1", "/* c */ SELECT 1", "-- c\nSELECT 1", "(SELECT 1)", ""}) {
+    EXPECT_FALSE(StartsWithOtherLetter(sql, "lu")) << sql;
+  }
+}
+
 TEST(StartsWithListenVerbTest, OnlyListenAndUnlistenAfterBlanksAndComments) {
   EXPECT_TRUE(StartsWithListenVerb("LISTEN a"));
   EXPECT_TRUE(StartsWithListenVerb(" /* x */ unlisten *"));
