@@ -1,6 +1,8 @@
 // Tracked session parameters.
 #include "pooler/pool/param_sync.h"
 
+#include <cstring>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "pooler/base/strings.h"
@@ -131,10 +133,59 @@ std::string CanonicalParamValue(std::string_view name, std::string_view value) {
   return std::string(value);  // unknown: the server refuses it, in its words
 }
 
-void ParamSet::FillUnset(const ParamSet& defaults) {
-  for (size_t i = 0; i < values_.size() && i < defaults.size(); ++i) {
-    if (!set_[i] && defaults.IsSet(i)) Set(i, defaults.Get(i));
+size_t ParamSet::Offset(size_t slot) const {
+  size_t offset = 0;
+  for (size_t i = 0; i < slot; ++i) offset += EntrySize(offset);
+  return offset;
+}
+
+std::optional<std::string_view> ParamSet::ValueAt(size_t offset) const {
+  uint32_t length = 0;
+  std::memcpy(&length, packed_.data() + offset, sizeof(length));
+  if (length == kUnset) return std::nullopt;
+  return std::string_view(packed_).substr(offset + sizeof(length), length);
+}
+
+size_t ParamSet::EntrySize(size_t offset) const {
+  uint32_t length = 0;
+  std::memcpy(&length, packed_.data() + offset, sizeof(length));
+  return sizeof(length) + (length == kUnset ? 0 : length);
+}
+
+void ParamSet::Resize(size_t slots) {
+  if (slots < slots_) {
+    packed_.resize(Offset(slots));
+  } else {
+    for (size_t i = slots_; i < slots; ++i) {
+      packed_.append(reinterpret_cast<const char*>(&kUnset), sizeof(kUnset));
+    }
   }
+  slots_ = slots;
+}
+
+void ParamSet::Set(size_t slot, std::string_view value) {
+  // A value is part of a protocol message, so it is far below 4 GiB (max_packet_size).
+  const auto length = static_cast<uint32_t>(value.size());
+  const size_t offset = Offset(slot);
+  std::string entry(sizeof(length), '\0');
+  std::memcpy(entry.data(), &length, sizeof(length));
+  entry.append(value);
+  packed_.replace(offset, EntrySize(offset), entry);
+}
+
+void ParamSet::FillUnset(const ParamSet& defaults) {
+  for (size_t i = 0; i < slots_ && i < defaults.size(); ++i) {
+    if (!IsSet(i) && defaults.IsSet(i)) Set(i, defaults.Get(i));
+  }
+}
+
+absl::InlinedVector<std::optional<std::string_view>, 16> ParamSet::Values() const {
+  absl::InlinedVector<std::optional<std::string_view>, 16> values;
+  values.reserve(slots_);
+  for (size_t offset = 0; offset < packed_.size(); offset += EntrySize(offset)) {
+    values.push_back(ValueAt(offset));
+  }
+  return values;
 }
 
 std::string QuoteLiteral(std::string_view value) {
@@ -152,14 +203,17 @@ std::string QuoteLiteral(std::string_view value) {
 
 bool BuildParamSync(const TrackedParamNames& names, const ParamSet& wanted, const ParamSet& current,
                     std::string* sql) {
+  if (wanted == current) return false;  // on almost every link: one comparison
+  const auto want = wanted.Values();
+  const auto have = current.Values();
   bool any = false;
-  for (size_t i = 0; i < wanted.size(); ++i) {
-    if (!wanted.IsSet(i)) continue;
-    if (current.IsSet(i) && current.Get(i) == wanted.Get(i)) continue;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!want[i].has_value()) continue;
+    if (i < have.size() && have[i] == want[i]) continue;
     // set_config() takes the value as the server reported it, list syntax and all: SET would
     // read a quoted list ('"$user", public') as one element, a schema of that name.
     base::StrAppend(sql, any ? "," : "SELECT ", "pg_catalog.set_config(",
-                    QuoteLiteral(names.name(i)), ",", QuoteLiteral(wanted.Get(i)), ",false)");
+                    QuoteLiteral(names.name(i)), ",", QuoteLiteral(*want[i]), ",false)");
     any = true;
   }
   if (any) sql->push_back(';');

@@ -3,9 +3,13 @@
 // differ.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "absl/container/inlined_vector.h"
 
 namespace pgfleet::pool {
 
@@ -25,27 +29,38 @@ class TrackedParamNames {
   std::vector<std::string> names_;  // canonical spelling, as servers report them
 };
 
-// Values by slot; an empty optional-like flag marks "never set".
+// Values by slot, each either set (possibly to "") or never set.
+//
+// Stored packed, slot after slot, in one string: every link of a client to a server compares the
+// client's set with the server's (BuildParamSync), almost always to find them equal, and one
+// memcmp of the packed bytes says so where nine string comparisons cost about ten times as much.
+// One allocation per set also keeps an idle client small.
 class ParamSet {
  public:
-  explicit ParamSet(size_t slots = 0) : values_(slots), set_(slots, false) {}
-  void Resize(size_t slots) {
-    values_.resize(slots);
-    set_.resize(slots, false);
-  }
-  void Set(size_t slot, std::string_view value) {
-    values_[slot].assign(value);
-    set_[slot] = true;
-  }
-  bool IsSet(size_t slot) const { return set_[slot]; }
-  const std::string& Get(size_t slot) const { return values_[slot]; }
-  size_t size() const { return values_.size(); }
+  explicit ParamSet(size_t slots = 0) { Resize(slots); }
+  // Slots added are unset; values in the slots kept stay.
+  void Resize(size_t slots);
+  void Set(size_t slot, std::string_view value);
+  bool IsSet(size_t slot) const { return ValueAt(Offset(slot)).has_value(); }
+  // The value, or "" when unset. Valid until the next Set or Resize.
+  std::string_view Get(size_t slot) const { return ValueAt(Offset(slot)).value_or(""); }
+  size_t size() const { return slots_; }
   // Fills slots unset here from `defaults`.
   void FillUnset(const ParamSet& defaults);
+  // Every slot, in order: its value, or nullopt when unset. Valid until the next Set or Resize.
+  absl::InlinedVector<std::optional<std::string_view>, 16> Values() const;
+  // Same slots, each unset in both or set to the same value in both.
+  bool operator==(const ParamSet& other) const = default;
 
  private:
-  std::vector<std::string> values_;
-  std::vector<bool> set_;
+  // Each slot is a 4-byte length, kUnset for a slot never set, then that many bytes of value.
+  static constexpr uint32_t kUnset = 0xffffffff;
+  size_t Offset(size_t slot) const;  // where `slot`'s length starts in packed_
+  std::optional<std::string_view> ValueAt(size_t offset) const;
+  size_t EntrySize(size_t offset) const;  // length field and value
+
+  std::string packed_;
+  size_t slots_ = 0;
 };
 
 // Appends to `sql` one "SELECT pg_catalog.set_config('name','value',false),...;" for every slot

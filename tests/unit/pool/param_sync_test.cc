@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "pooler/base/strings.h"
 
 namespace pgfleet::pool {
 namespace {
@@ -77,6 +78,44 @@ TEST(ParamSetTest, FillUnsetToleratesSizeMismatchAndResizeKeepsValues) {
   EXPECT_FALSE(small.IsSet(2));
 }
 
+TEST(ParamSetTest, EqualOnlyWithTheSameValuesInTheSameSlots) {
+  ParamSet a(3);
+  ParamSet b(3);
+  EXPECT_EQ(a, b);
+  a.Set(1, "");  // set to empty differs from never set
+  EXPECT_NE(a, b);
+  b.Set(1, "");
+  EXPECT_EQ(a, b);
+  a.Set(0, "x");
+  b.Set(0, "xy");
+  EXPECT_NE(a, b);
+  b.Set(0, "x");
+  EXPECT_EQ(a, b);
+  // The same bytes split differently over the slots are different values.
+  a.Set(2, "ab");
+  b.Set(1, "a");
+  b.Set(2, "b");
+  EXPECT_NE(a, b);
+  EXPECT_NE(a, ParamSet(2));
+}
+
+TEST(ParamSetTest, ReplacingAValueKeepsItsNeighbours) {
+  ParamSet set(3);
+  set.Set(0, "first");
+  set.Set(2, "last");
+  set.Set(1, "a value longer than the others");
+  set.Set(1, "");
+  set.Set(1, "mid");
+  EXPECT_EQ(set.Get(0), "first");
+  EXPECT_EQ(set.Get(1), "mid");
+  EXPECT_EQ(set.Get(2), "last");
+  set.Resize(2);
+  EXPECT_EQ(set.size(), 2u);
+  EXPECT_EQ(set.Get(1), "mid");
+  set.Resize(3);
+  EXPECT_FALSE(set.IsSet(2));
+}
+
 class BuildParamSyncTest : public ::testing::Test {
  protected:
   TrackedParamNames names_{{"search_path"}};
@@ -122,6 +161,42 @@ TEST_F(BuildParamSyncTest, ValuesAreCompareCaseSensitivelyAndQuoted) {
   std::string sql;
   EXPECT_TRUE(BuildParamSync(names_, wanted_, current_, &sql));
   EXPECT_EQ(sql, "SELECT pg_catalog.set_config('application_name','it''s',false);");
+}
+
+// The one-comparison shortcut and the slot-by-slot pass agree with the plain rule (every slot
+// set in `wanted` whose value `current` does not hold is sent, in slot order) on random sets.
+TEST_F(BuildParamSyncTest, AgreesWithTheSlotBySlotRuleOnRandomSets) {
+  constexpr std::string_view kValues[] = {"", "a", "ab", "b"};
+  uint64_t state = 0x2545f4914f6cdd1du;
+  const auto next = [&state](uint64_t bound) {
+    state = state * 6364136223846793005u + 1442695040888963407u;
+    return (state >> 33) % bound;
+  };
+  int equal_sets = 0;
+  for (int round = 0; round < 5000; ++round) {
+    ParamSet wanted(names_.size());
+    ParamSet current(names_.size());
+    for (ParamSet* set : {&wanted, &current}) {
+      for (size_t slot = 0; slot < names_.size(); ++slot) {
+        if (const uint64_t pick = next(6); pick < 4) set->Set(slot, kValues[pick]);
+      }
+    }
+    if (next(2) == 0) current = wanted;
+    equal_sets += wanted == current;
+    std::string expected;
+    for (size_t slot = 0; slot < names_.size(); ++slot) {
+      if (!wanted.IsSet(slot)) continue;
+      if (current.IsSet(slot) && current.Get(slot) == wanted.Get(slot)) continue;
+      base::StrAppend(&expected, expected.empty() ? "SELECT " : ",", "pg_catalog.set_config(",
+                      QuoteLiteral(names_.name(slot)), ",", QuoteLiteral(wanted.Get(slot)),
+                      ",false)");
+    }
+    if (!expected.empty()) expected.push_back(';');
+    std::string sql;
+    EXPECT_EQ(BuildParamSync(names_, wanted, current, &sql), !expected.empty());
+    ASSERT_EQ(sql, expected) << "round " << round;
+  }
+  EXPECT_GT(equal_sets, 1000);  // the shortcut was taken
 }
 
 TEST_F(BuildParamSyncTest, AReportedListIsPassedWholeAsText) {
