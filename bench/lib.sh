@@ -657,6 +657,21 @@ proc_cpu_ticks() {
   echo "$total"
 }
 
+# proc_user_ticks PID...: the user-space part of proc_cpu_ticks (utime + cutime). The kernel
+# splits a process's time between user and system by tick samples, so this is exact only over a
+# run of seconds.
+proc_user_ticks() {
+  local pid total=0 stat rest
+  local -a f
+  for pid in "$@"; do
+    stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+    rest=${stat##*) }
+    read -r -a f <<<"$rest"
+    total=$((total + f[11] + f[13]))
+  done
+  echo "$total"
+}
+
 # proc_sleeps PID...: voluntary context switches (each a sleep that needed a wake-up) of every
 # thread of each PID, summed. Exited threads and processes are not counted.
 proc_sleeps() {

@@ -194,12 +194,12 @@ fi
 # R[key] with key "name|clients|round|field".
 declare -A R=()
 [[ -z "$RESULTS_TSV" ]] ||
-  printf 'pass\tround\ttarget\tclients\ttps\ttransactions\tfailed\tpooler_ticks\tsyscalls\tserver_conns\tpg_ticks\tbench_ticks\tmachine_busy_ticks\telapsed_s\tclk_tck\n' >"$RESULTS_TSV"
+  printf 'pass\tround\ttarget\tclients\ttps\ttransactions\tfailed\tpooler_ticks\tsyscalls\tserver_conns\tpg_ticks\tbench_ticks\tmachine_busy_ticks\telapsed_s\tclk_tck\tpooler_user_ticks\n' >"$RESULTS_TSV"
 
 # measure NAME CLIENTS ROUND PASS: one pgbench run. PASS "cpu": TPS and CPU, no tracing;
 # "sys": syscall count only (perf attached); "both": one run for all figures.
 measure() {
-  local name=$1 c=$2 r=$3 pass=$4 out pids p0 p1 w0 w1 h0=0 h1=0 g0 g1 m0 m1 t0 t1 sc=n/a rc=0 srv="-" secs
+  local name=$1 c=$2 r=$3 pass=$4 out pids p0 p1 u0 u1 w0 w1 h0=0 h1=0 g0 g1 m0 m1 t0 t1 sc=n/a rc=0 srv="-" secs
   out="$BENCH_TMP/run-$name-c$c-r$r-$pass.out"
   pids=$(pooler_pids "$name")
   if [[ "$pass" != cpu ]]; then
@@ -208,6 +208,8 @@ measure() {
   fi
   # shellcheck disable=SC2086
   p0=$(proc_cpu_ticks $pids)
+  # shellcheck disable=SC2086
+  u0=$(proc_user_ticks $pids)
   # shellcheck disable=SC2086
   w0=$(proc_sleeps $pids)
   [[ -z "${TARGET_METRICS[$name]:-}" ]] ||
@@ -225,6 +227,8 @@ measure() {
   # Re-read the PID set: a worker restarted during the run is counted via its parent.
   # shellcheck disable=SC2046
   p1=$(proc_cpu_ticks $(pooler_pids "$name"))
+  # shellcheck disable=SC2046
+  u1=$(proc_user_ticks $(pooler_pids "$name"))
   # shellcheck disable=SC2086
   w1=$(proc_sleeps $pids)
   [[ -z "${TARGET_METRICS[$name]:-}" ]] ||
@@ -244,6 +248,7 @@ measure() {
     R[$k|tps]=${tps:-0}
     R[$k|n]=${processed:-0}
     R[$k|pooler]=$((p1 - p0))
+    R[$k|user]=$((u1 - u0))
     R[$k|sleeps]=$((w1 - w0))
     R[$k|srv]=$srv
     R[$k|pg]=$((g1 - g0))
@@ -256,9 +261,9 @@ measure() {
     R[$k|sysn]=${processed:-0}
   fi
   if [[ -n "$RESULTS_TSV" ]]; then
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$pass" "$r" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$pass" "$r" \
       "${LABEL[$name]}" "$c" "${tps:-0}" "${processed:-0}" "$failed" "$((p1 - p0))" "$sc" "$srv" \
-      "$((g1 - g0))" "$BENCH_TICKS" "$((m1 - m0))" "$secs" "$CLK_TCK" >>"$RESULTS_TSV"
+      "$((g1 - g0))" "$BENCH_TICKS" "$((m1 - m0))" "$secs" "$CLK_TCK" "$((u1 - u0))" >>"$RESULTS_TSV"
   fi
   log "  ${LABEL[$name]} clients=$c pass=$pass: tps=${tps:-?} transactions=${processed:-?}" \
     "pooler_cpu=$(((p1 - p0) * 1000 / CLK_TCK))ms syscalls=$sc sleeps=$((w1 - w0))" \
@@ -334,10 +339,10 @@ per_tx() { awk -v s="$1" -v n="$2" 'BEGIN { if (s ~ /^[0-9]+$/ && n > 0) printf 
 
 echo
 echo "== results (pgbench -S -M $PROTOCOL, ${DURATION}s per run, $(nproc) cores)"
-fmt='%-20s %7s %5s %10s %10s %10s %9s %5s %9s %9s %7s\n'
+fmt='%-20s %7s %5s %10s %10s %8s %10s %9s %5s %9s %9s %7s\n'
 # shellcheck disable=SC2059
-printf "$fmt" target clients round TPS pooler_us/tx syscalls/tx sleeps/tx srv pg_us/tx bench_us/tx \
-  other
+printf "$fmt" target clients round TPS pooler_us/tx user_us syscalls/tx sleeps/tx srv pg_us/tx \
+  bench_us/tx other
 for ((r = 1; r <= ROUNDS; r++)); do
   for c in $CLIENTS; do
     for name in "${names[@]}"; do
@@ -345,9 +350,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
       n=${R[$k|n]}
       if [[ "${KIND[$name]}" == direct ]]; then
         pooler=n/a
+        user=n/a
         sleeps=n/a
       else
         pooler=$(us_per_tx "${R[$k|pooler]}" "$n")
+        user=$(us_per_tx "${R[$k|user]}" "$n")
         sleeps=$(per_tx "${R[$k|sleeps]}" "$n")
       fi
       other=$(awk -v b="${R[$k|busy]}" -v p="${R[$k|pooler]}" -v g="${R[$k|pg]}" \
@@ -355,13 +362,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
         'BEGIN { o = (b - p - g - q) / h / s; if (o < 0) o = 0; printf "%.2f", o }')
       # shellcheck disable=SC2059
       printf "$fmt" "${LABEL[$name]}" "$c" "$r" "$(printf '%.0f' "${R[$k|tps]}")" "$pooler" \
-        "$(per_tx "${R[$k|sys]:-n/a}" "${R[$k|sysn]:-0}")" "$sleeps" \
+        "$user" "$(per_tx "${R[$k|sys]:-n/a}" "${R[$k|sysn]:-0}")" "$sleeps" \
         "${R[$k|srv]}" "$(us_per_tx "${R[$k|pg]}" "$n")" \
         "$(us_per_tx "${R[$k|bench]}" "$n")" "$other"
     done
   done
 done
 echo "(pooler_us/tx: pooler CPU (utime+stime, all threads and workers) per transaction;"
+echo " user_us: its user-space part (utime; the kernel splits by tick samples);"
 echo " syscalls/tx: raw_syscalls:sys_enter of the pooler's processes per transaction"
 echo " (SYSCALL_PASS=$SYSCALL_PASS: separate = counted in an extra run, TPS/CPU come from untraced runs);"
 echo " sleeps/tx: the pooler's voluntary context switches per transaction (each a sleep in"
@@ -387,19 +395,20 @@ for name in "${names[@]}"; do
   pgfleetbase) bases+=("$name") ;;
   esac
 done
-fmt2='%-36s %7s %9s %12s %12s %14s\n'
+fmt2='%-36s %7s %9s %12s %10s %12s %14s\n'
 print_pair() { # NAME_A NAME_B: one row per client count, a / b
   local pf=$1 pb=$2 c who name r cpu_pf cpu_pb sys_r
   for c in $CLIENTS; do
     declare -A S=()
     for who in pf pb; do
       name=${!who}
-      S[$who|tps]=0 S[$who|n]=0 S[$who|cpu]=0 S[$who|sys]=0 S[$who|sysn]=0 S[$who|sysok]=1
+      S[$who|tps]=0 S[$who|n]=0 S[$who|cpu]=0 S[$who|user]=0 S[$who|sys]=0 S[$who|sysn]=0 S[$who|sysok]=1
       for ((r = 1; r <= ROUNDS; r++)); do
         k="$name|$c|$r"
         S[$who|tps]=$(awk -v a="${S[$who|tps]}" -v b="${R[$k|tps]}" 'BEGIN { print a + b }')
         S[$who|n]=$((${S[$who|n]} + ${R[$k|n]}))
         S[$who|cpu]=$((${S[$who|cpu]} + ${R[$k|pooler]}))
+        S[$who|user]=$((${S[$who|user]} + ${R[$k|user]}))
         if [[ "${R[$k|sys]:-}" =~ ^[0-9]+$ ]]; then
           S[$who|sys]=$((${S[$who|sys]} + ${R[$k|sys]}))
           S[$who|sysn]=$((${S[$who|sysn]} + ${R[$k|sysn]}))
@@ -418,7 +427,9 @@ print_pair() { # NAME_A NAME_B: one row per client count, a / b
     fi
     # shellcheck disable=SC2059
     printf "$fmt2" "${LABEL[$pf]} / ${LABEL[$pb]}" "$c" "$(ratio "${S[pf|tps]}" "${S[pb|tps]}")" \
-      "$(ratio "$cpu_pf" "$cpu_pb")" "$sys_r" "$cpu_pf / $cpu_pb"
+      "$(ratio "$cpu_pf" "$cpu_pb")" \
+      "$(ratio "$(us_per_tx "${S[pf|user]}" "${S[pf|n]}")" "$(us_per_tx "${S[pb|user]}" "${S[pb|n]}")")" \
+      "$sys_r" "$cpu_pf / $cpu_pb"
     unset S
   done
 }
@@ -430,7 +441,7 @@ if ((pairs > 0 || pairs2 > 0)); then
   echo
   echo "== ratios pgfleet / pgbouncer (all rounds; < 1 is better for CPU and syscalls)"
   # shellcheck disable=SC2059
-  printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (f / b)"
+  printf "$fmt2" pair clients TPS pooler_us/tx user_us/tx syscalls/tx "us/tx (f / b)"
   for ((i = 0; i < pairs; i++)); do print_pair "${fleets[$i]}" "${bouncers[$i]}"; done
   for ((i = 0; i < pairs2; i++)); do print_pair "${fleets[$i]}" "${bouncers2[$i]}"; done
 fi
@@ -439,7 +450,7 @@ if ((${#fleets[@]} > 1)); then
   echo "== ratios pgfleet / the first pgfleet target (workers: what more processes cost; with"
   echo "   RATE, at the same load)"
   # shellcheck disable=SC2059
-  printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (n / 1st)"
+  printf "$fmt2" pair clients TPS pooler_us/tx user_us/tx syscalls/tx "us/tx (n / 1st)"
   for ((i = 1; i < ${#fleets[@]}; i++)); do print_pair "${fleets[$i]}" "${fleets[0]}"; done
 fi
 pairs=${#fleets[@]}
@@ -448,7 +459,7 @@ if ((pairs > 0)); then
   echo
   echo "== ratios pgfleet / pgfleet with session_state: pass (what session tracking costs)"
   # shellcheck disable=SC2059
-  printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (t / p)"
+  printf "$fmt2" pair clients TPS pooler_us/tx user_us/tx syscalls/tx "us/tx (t / p)"
   for ((i = 0; i < pairs; i++)); do print_pair "${fleets[$i]}" "${passes[$i]}"; done
 fi
 pairs=${#fleets[@]}
@@ -457,7 +468,7 @@ if ((pairs > 0)); then
   echo
   echo "== ratios pgfleet / pgdog (i-th pgfleet target against the i-th pgdog target)"
   # shellcheck disable=SC2059
-  printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (f / d)"
+  printf "$fmt2" pair clients TPS pooler_us/tx user_us/tx syscalls/tx "us/tx (f / d)"
   for ((i = 0; i < pairs; i++)); do print_pair "${fleets[$i]}" "${dogs[$i]}"; done
 fi
 pairs=${#fleets[@]}
@@ -466,7 +477,7 @@ if ((pairs > 0)); then
   echo
   echo "== ratios pgfleet / pgfleet base ($PGFLEET_BASE_BIN): the change's effect"
   # shellcheck disable=SC2059
-  printf "$fmt2" pair clients TPS pooler_us/tx syscalls/tx "us/tx (new / base)"
+  printf "$fmt2" pair clients TPS pooler_us/tx user_us/tx syscalls/tx "us/tx (new / base)"
   for ((i = 0; i < pairs; i++)); do print_pair "${fleets[$i]}" "${bases[$i]}"; done
 fi
 
