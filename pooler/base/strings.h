@@ -3,6 +3,8 @@
 // let absl's string functions take them.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -14,6 +16,14 @@ namespace pgfleet::base {
 
 inline absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 inline std::string_view Sv(absl::string_view s) { return std::string_view(s.data(), s.size()); }
+
+// Wire bytes as text and back (the same bytes, no copy).
+inline std::string_view AsText(std::span<const uint8_t> bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+inline std::span<const uint8_t> AsBytes(std::string_view text) {
+  return {reinterpret_cast<const uint8_t*>(text.data()), text.size()};
+}
 
 namespace internal {
 template <typename T>

@@ -12,11 +12,9 @@
 #include "pooler/protocol/stream_decoder.h"
 
 namespace pgfleet::pool {
-namespace {
 
-std::span<const uint8_t> AsBytes(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
+using base::AsBytes;
+namespace {
 
 // Password messages are tiny; anything bigger is not a login attempt.
 constexpr uint32_t kMaxAuthMessage = 16 * 1024;

@@ -19,16 +19,16 @@
 #include "pooler/protocol/reader.h"
 #include "pooler/protocol/sqlstate.h"
 #include "pooler/protocol/stream_decoder.h"
+#include "pooler/sql/statement_classifier.h"
 
 namespace pgfleet::pool {
+
+using base::AsBytes;
+using base::AsText;
 namespace {
 
 // While queued for a server a client may pipeline this much before we stop reading it.
 constexpr size_t kMaxQueuedBytes = 1 << 20;
-
-std::span<const uint8_t> AsBytes(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
 
 }  // namespace
 
@@ -539,7 +539,12 @@ void ClientConn::HandleLoggedInData() {
     Close("client close request");
     return;
   }
-  if (AnswerDeallocate() || AnswerListen()) {
+  // pgfleet answers an idle client's DEALLOCATE, LISTEN and UNLISTEN itself; a Query that starts
+  // with any other letter, almost every one, goes to a server without being looked at for them.
+  const bool other_query =
+      data[0] == 'Q' && !stream_.mid_message() && data.size() > protocol::kHeaderSize &&
+      sql::StartsWithOtherLetter(AsText(data.subspan(protocol::kHeaderSize)), "dlu");
+  if (!other_query && (AnswerDeallocate() || AnswerListen())) {
     if (!closed() && !in_.empty()) HandleLoggedInData();
     return;
   }

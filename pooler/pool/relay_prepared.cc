@@ -11,6 +11,8 @@
 
 namespace pgfleet::pool {
 
+using base::AsText;
+
 namespace {
 
 // A DEALLOCATE, simple or extended (psycopg sends Parse/Bind/Describe/Execute/Sync with the
@@ -20,14 +22,13 @@ constexpr size_t kMaxDeallocateMessage = 1024;
 // The statement a DEALLOCATE names, when `sql` is one and names a statement of `statements`.
 template <typename Map>
 std::optional<std::string> DeallocatedStatement(std::string_view sql, const Map& statements) {
+  // Every Query passes here: one that starts with another letter is no DEALLOCATE (which allows
+  // only spaces before its word).
+  if (sql::StartsWithOtherLetter(sql, "d")) return std::nullopt;
   if (!sql.empty() && sql.back() == '\0') sql.remove_suffix(1);
   std::optional<std::string> name = ParseDeallocate(sql);
   if (!name.has_value() || !statements.contains(*name)) return std::nullopt;
   return name;
-}
-
-std::string_view AsText(std::span<const uint8_t> bytes) {
-  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
 }  // namespace
