@@ -10,6 +10,7 @@
 #include "pooler/pool/admin_hook.h"
 #include "pooler/pool/cancel_handler.h"
 #include "pooler/pool/connection_output.h"
+#include "pooler/pool/idle_answer.h"
 #include "pooler/pool/pool.h"
 #include "pooler/pool/queued_cancel.h"
 #include "pooler/pool/server_conn.h"
@@ -19,12 +20,10 @@
 #include "pooler/protocol/reader.h"
 #include "pooler/protocol/sqlstate.h"
 #include "pooler/protocol/stream_decoder.h"
-#include "pooler/sql/statement_classifier.h"
 
 namespace pgfleet::pool {
 
 using base::AsBytes;
-using base::AsText;
 namespace {
 
 // While queued for a server a client may pipeline this much before we stop reading it.
@@ -539,12 +538,7 @@ void ClientConn::HandleLoggedInData() {
     Close("client close request");
     return;
   }
-  // pgfleet answers an idle client's DEALLOCATE, LISTEN and UNLISTEN itself; a Query that starts
-  // with any other letter, almost every one, goes to a server without being looked at for them.
-  const bool other_query =
-      data[0] == 'Q' && !stream_.mid_message() && data.size() > protocol::kHeaderSize &&
-      sql::StartsWithOtherLetter(AsText(data.subspan(protocol::kHeaderSize)), "dlu");
-  if (!other_query && (AnswerDeallocate() || AnswerListen())) {
+  if (!stream_.mid_message() && MayAnswerIdle(data) && (AnswerDeallocate() || AnswerListen())) {
     if (!closed() && !in_.empty()) HandleLoggedInData();
     return;
   }
