@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "pooler/sql/statement_classifier.h"
+
 namespace pgfleet::pool {
 
 std::string_view PinReasonName(PinReason reason) {
@@ -21,6 +23,12 @@ std::string_view PinReasonName(PinReason reason) {
   return "unknown";
 }
 
+void ClientSession::SetStartup(const sql::Effect& effect) {
+  const SessionSetting setting{effect.apply_sql, effect.reset_sql};
+  startup_[effect.name] = setting;
+  settings_[effect.name] = setting;
+}
+
 void ClientSession::Apply(const sql::Effect& effect) {
   using sql::EffectKind;
   switch (effect.kind) {
@@ -28,10 +36,14 @@ void ClientSession::Apply(const sql::Effect& effect) {
       settings_[effect.name] = SessionSetting{effect.apply_sql, effect.reset_sql};
       break;
     case EffectKind::kReset:
-      settings_.erase(effect.name);
+      if (auto startup = startup_.find(effect.name); startup != startup_.end()) {
+        settings_[effect.name] = startup->second;
+      } else {
+        settings_.erase(effect.name);
+      }
       break;
     case EffectKind::kResetAll:
-      settings_.clear();
+      settings_ = startup_;
       break;
     case EffectKind::kDiscardAll:
       // SET SESSION AUTHORIZATION DEFAULT; RESET ALL; DEALLOCATE ALL; CLOSE ALL; UNLISTEN *;
@@ -39,10 +51,13 @@ void ClientSession::Apply(const sql::Effect& effect) {
       {
         const bool counted = pin_counted;  // the relay uncounts it
         std::vector<std::string> unlistens = std::move(unlistened);
+        SessionSettings startup = std::move(startup_);
         *this = ClientSession();
         pin_counted = counted;
         unlistened = std::move(unlistens);
         unlistened.emplace_back();
+        startup_ = std::move(startup);
+        settings_ = startup_;
       }
       break;
     case EffectKind::kDiscardTemp:
@@ -139,6 +154,15 @@ bool BuildSessionSync(const SessionSettings& wanted, const SessionSettings& appl
     }
   }
   return sql->size() != before;
+}
+
+void CarryUnreportedStartupParams(const TrackedParamNames& names, const ParamSet& server_defaults,
+                                  ParamSet* params, ClientSession* session) {
+  for (size_t slot = 0; slot < params->size() && slot < names.size(); ++slot) {
+    if (!params->IsSet(slot) || server_defaults.IsSet(slot)) continue;
+    session->SetStartup(sql::SetConfigEffect(names.name(slot), params->Get(slot)));
+    params->Clear(slot);
+  }
 }
 
 }  // namespace pgfleet::pool

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "pooler/pool/param_sync.h"
 #include "pooler/sql/session_effects.h"
 
 namespace pgfleet::pool {
@@ -40,6 +41,10 @@ class ClientSession {
  public:
   // A committed effect (its statement succeeded, its transaction committed).
   void Apply(const sql::Effect& effect);
+  // A setting the client gave in its startup packet (a kSet effect): carried as a SET is, and
+  // what RESET, RESET ALL and DISCARD ALL return to, as PostgreSQL takes startup values for the
+  // session's defaults.
+  void SetStartup(const sql::Effect& effect);
 
   const SessionSettings& settings() const { return settings_; }
   bool pinned() const { return pin_mask() != 0; }
@@ -68,6 +73,7 @@ class ClientSession {
 
  private:
   SessionSettings settings_;
+  SessionSettings startup_;  // SetStartup's, by name
   absl::flat_hash_set<std::string> temp_objects_;
   absl::flat_hash_set<std::string> prepared_;
   absl::flat_hash_set<std::string> hold_cursors_;
@@ -84,5 +90,15 @@ class ClientSession {
 // Returns true when anything was appended.
 bool BuildSessionSync(const SessionSettings& wanted, const SessionSettings& applied,
                       std::string* sql);
+
+// A tracked parameter that servers do not report (search_path before PostgreSQL 18) cannot be
+// followed through ParameterStatus: a neighbour's SET of it, or its RESET, would change it unseen
+// on a server that pgfleet believes holds this client's value. So the value a client gave for
+// one in its startup packet (pgjdbc's currentSchema, asyncpg's server_settings) leaves `params`
+// and becomes a startup setting of its `session` (SetStartup): carried to each server with the
+// SETs, undone for the next client with them. `server_defaults` is what the pool's servers
+// report at login; a slot unset there is one they do not report.
+void CarryUnreportedStartupParams(const TrackedParamNames& names, const ParamSet& server_defaults,
+                                  ParamSet* params, ClientSession* session);
 
 }  // namespace pgfleet::pool

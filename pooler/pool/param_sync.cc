@@ -173,6 +173,12 @@ void ParamSet::Set(size_t slot, std::string_view value) {
   packed_.replace(offset, EntrySize(offset), entry);
 }
 
+void ParamSet::Clear(size_t slot) {
+  const size_t offset = Offset(slot);
+  packed_.replace(offset, EntrySize(offset), reinterpret_cast<const char*>(&kUnset),
+                  sizeof(kUnset));
+}
+
 void ParamSet::FillUnset(const ParamSet& defaults) {
   for (size_t i = 0; i < slots_ && i < defaults.size(); ++i) {
     if (!IsSet(i) && defaults.IsSet(i)) Set(i, defaults.Get(i));

@@ -41,6 +41,7 @@ class ParamSet {
   // Slots added are unset; values in the slots kept stay.
   void Resize(size_t slots);
   void Set(size_t slot, std::string_view value);
+  void Clear(size_t slot);  // unset again
   bool IsSet(size_t slot) const { return ValueAt(Offset(slot)).has_value(); }
   // The value, or "" when unset. Valid until the next Set or Resize.
   std::string_view Get(size_t slot) const { return ValueAt(Offset(slot)).value_or(""); }

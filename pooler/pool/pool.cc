@@ -131,7 +131,7 @@ absl::Duration Pool::max_wait(absl::Time now) const {
 void Pool::AddClient(ClientConn* client) {
   if (welcome_known_) {
     MoveClient(client, ClientState::kIdle);
-    client->SendWelcome(welcome_params_, server_defaults_);
+    WelcomeClient(client);
     if (!client->closed()) client->OnServerReleased();
     return;
   }
@@ -394,8 +394,17 @@ void Pool::LearnWelcome(const ServerConn* server) {
   WarnUnreportedTrackedParameters();
   while (ClientConn* client = clients_[ClientState::kWelcome].front()) {
     MoveClient(client, ClientState::kIdle);
-    client->SendWelcome(welcome_params_, server_defaults_);
+    WelcomeClient(client);
   }
+}
+
+void Pool::WelcomeClient(ClientConn* client) {
+  if (relay_settings_.session == SessionTracking::kTrack) {
+    ClientStream& stream = client->stream();
+    CarryUnreportedStartupParams(context_.tracked_params(), server_defaults_, &stream.params,
+                                 &stream.session);
+  }
+  client->SendWelcome(welcome_params_, server_defaults_);
 }
 
 void Pool::WarnUnreportedTrackedParameters() const {

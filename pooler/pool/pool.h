@@ -262,6 +262,10 @@ class Pool {
   void WarnUnreportedTrackedParameters() const;
   // Each logged-in server (or one handed over) tells what new clients are welcomed with.
   void LearnWelcome(const ServerConn* server);
+  // Sends a client its login answer; with session_state: track, its startup values of
+  // parameters the servers do not report become session settings first
+  // (CarryUnreportedStartupParams).
+  void WelcomeClient(ClientConn* client);
   void ServeWelcomedClients();
   // No room for a server: a sibling's idle server of this pool, or, when the database's or the
   // user's budget is what is full, a sibling's idle server of another pool in it, closed for us.

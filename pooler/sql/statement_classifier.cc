@@ -349,11 +349,7 @@ class Walker {
       }
       is_local = Lower(is_local);
       if (is_local == "true" || is_local == "t" || is_local == "on" || is_local == "1") return;
-      setting = Lower(setting);
-      effects_.push_back(Effect{EffectKind::kSet, setting,
-                                base::StrCat("SELECT pg_catalog.set_config(", QuoteLiteral(setting),
-                                             ", ", QuoteLiteral(value), ", false)"),
-                                base::StrCat("RESET ", QuoteIdentifier(setting))});
+      effects_.push_back(SetConfigEffect(setting, value));
     }
   }
 
@@ -429,6 +425,14 @@ Classification Classify(std::string_view sql) {
   out.effects = walker.Take();
   out.statements = tree.stmts_size();
   return out;
+}
+
+Effect SetConfigEffect(std::string_view name, std::string_view value) {
+  const std::string setting = Lower(name);
+  return Effect{EffectKind::kSet, setting,
+                base::StrCat("SELECT pg_catalog.set_config(", QuoteLiteral(setting), ", ",
+                             QuoteLiteral(value), ", false)"),
+                base::StrCat("RESET ", QuoteIdentifier(setting))};
 }
 
 bool StartsWithListenVerb(std::string_view sql) {

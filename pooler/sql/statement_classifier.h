@@ -52,6 +52,10 @@ inline bool StartsWithOtherLetter(std::string_view sql, std::string_view initial
   return true;
 }
 
+// The effect of set_config(name, value, false): a session setting of `name` (lower case) that
+// set_config() applies again and RESET undoes.
+Effect SetConfigEffect(std::string_view name, std::string_view value);
+
 // `name` as a quoted SQL identifier ("a""b"), exactly as written (no case folding).
 std::string QuoteIdentifier(std::string_view name);
 

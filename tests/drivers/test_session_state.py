@@ -98,6 +98,39 @@ def test_asyncpg_temp_table_and_prepared_statement(pg, pgfleet):
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
+def test_asyncpg_startup_search_path_stays_its_clients(pg, pgfleet):
+    """search_path given in the startup packet (asyncpg's server_settings, pgjdbc's
+    currentSchema), on a server that does not report it (PostgreSQL before 18): a neighbour's SET
+    of it does not override it, it does not leak to a client that asked for none, and RESET
+    returns to it, as on a direct connection. One server, so every client gets the same one."""
+    fleet = pgfleet(pool_size=1)
+
+    async def main():
+        args = dict(host="127.0.0.1", port=fleet.port, user="postgres", database="postgres",
+                    statement_cache_size=0)
+        setter = await asyncpg.connect(**args)
+        startup = await asyncpg.connect(**args, server_settings={"search_path": "startup_schema"})
+        plain = await asyncpg.connect(**args)
+        try:
+            default = await plain.fetchval("SHOW search_path")
+            assert default != "startup_schema"
+            await setter.execute("SET search_path = set_schema")
+            for _ in range(3):
+                assert await startup.fetchval("SHOW search_path") == "startup_schema"
+                assert await plain.fetchval("SHOW search_path") == default
+                assert await setter.fetchval("SHOW search_path") == "set_schema"
+            await startup.execute("SET search_path = other_schema")
+            assert await startup.fetchval("SHOW search_path") == "other_schema"
+            await startup.execute("RESET search_path")
+            assert await plain.fetchval("SHOW search_path") == default
+            assert await startup.fetchval("SHOW search_path") == "startup_schema"
+        finally:
+            for conn in (setter, startup, plain):
+                await conn.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
 def _next_notify(conn, timeout):
     """(channel, payload) of the next notification `conn` receives within `timeout` seconds
     (a bounded wait on its socket), or None."""

@@ -99,6 +99,21 @@ TEST(ParamSetTest, EqualOnlyWithTheSameValuesInTheSameSlots) {
   EXPECT_NE(a, ParamSet(2));
 }
 
+TEST(ParamSetTest, ClearUnsetsOneSlot) {
+  ParamSet set(3);
+  set.Set(0, "a");
+  set.Set(1, "bb");
+  set.Set(2, "c");
+  set.Clear(1);
+  EXPECT_FALSE(set.IsSet(1));
+  EXPECT_EQ(set.Get(0), "a");
+  EXPECT_EQ(set.Get(2), "c");
+  ParamSet expected(3);
+  expected.Set(0, "a");
+  expected.Set(2, "c");
+  EXPECT_EQ(set, expected);
+}
+
 TEST(ParamSetTest, ReplacingAValueKeepsItsNeighbours) {
   ParamSet set(3);
   set.Set(0, "first");
