@@ -261,9 +261,12 @@ TEST_F(CancelTest, CancelArrivingAfterTheClientLeftStillStopsItsQuery) {
       "   PERFORM set_config('application_name', tag, false);"
       "   PERFORM pg_sleep(30);"
       " END $$");
+  // Debug logging: this test failed once (PostgreSQL 17, a loaded machine) with no cancel
+  // outcome in its log; cancel_finished says whether each cancel was sent, dropped or failed.
   PgfleetProcess fleet(
       absl::StrCat("workers: 2\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
-                   "}\npool:\n  pool_mode: transaction\n  default_pool_size: 4\n"));
+                   "}\npool:\n  pool_mode: transaction\n  default_pool_size: 4\n"
+                   "log: {level: debug}\n"));
   ASSERT_EQ(
       WaitFor([&] { return WorkerPids(fleet.pid()).size(); }, [](size_t n) { return n >= 2; }), 2u);
   // Rounds, so that the late cancel lands on the owner and on its sibling (the kernel's pick).
