@@ -643,34 +643,28 @@ descendants() {
     }' | sort -n | tr '\n' ' '
 }
 
-# proc_cpu_ticks PID...: utime+stime (all threads) plus cutime+cstime (reaped children) of each
-# PID, in clock ticks, summed. Missing PIDs count 0.
-proc_cpu_ticks() {
-  local pid total=0 stat rest
+# proc_stat_ticks "FIELD..." PID...: the given fields of each PID's /proc/PID/stat (numbered
+# from the state field as 0: 11 utime, 12 stime, 13 cutime, 14 cstime), in clock ticks, summed.
+# Missing PIDs count 0.
+proc_stat_ticks() {
+  local fields=$1 pid total=0 stat rest i
   local -a f
+  shift
   for pid in "$@"; do
     stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
     rest=${stat##*) }        # drop "pid (comm) ", comm may contain spaces
     read -r -a f <<<"$rest"  # f[0] = state (field 3), so field N is f[N-3]
-    total=$((total + f[11] + f[12] + f[13] + f[14]))
+    for i in $fields; do total=$((total + f[i])); done
   done
   echo "$total"
 }
 
-# proc_user_ticks PID...: the user-space part of proc_cpu_ticks (utime + cutime). The kernel
-# splits a process's time between user and system by tick samples, so this is exact only over a
-# run of seconds.
-proc_user_ticks() {
-  local pid total=0 stat rest
-  local -a f
-  for pid in "$@"; do
-    stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
-    rest=${stat##*) }
-    read -r -a f <<<"$rest"
-    total=$((total + f[11] + f[13]))
-  done
-  echo "$total"
-}
+# proc_cpu_ticks PID...: utime+stime (all threads) plus cutime+cstime (reaped children).
+proc_cpu_ticks() { proc_stat_ticks "11 12 13 14" "$@"; }
+
+# proc_user_ticks PID...: its user-space part (utime + cutime). The kernel splits a process's
+# time between user and system by tick samples, so this is exact only over a run of seconds.
+proc_user_ticks() { proc_stat_ticks "11 13" "$@"; }
 
 # proc_sleeps PID...: voluntary context switches (each a sleep that needed a wake-up) of every
 # thread of each PID, summed. Exited threads and processes are not counted.

@@ -655,7 +655,7 @@ bool ClientConn::RelayToServer() {
   ServerConn* server = server_;
   const auto data = in_.Readable();
   if (pool_->tracks_prepared_statements() && server->relay().QuietInTransaction() &&
-      !stream_.mid_message()) {
+      !stream_.mid_message() && MayAnswerIdle(data)) {
     // psycopg evicts statements from its cache with SQL DEALLOCATE inside transactions: the name
     // is pgfleet's alone, so pgfleet answers (the server's copy stays for the cache to decide).
     protocol::StringSink answer;

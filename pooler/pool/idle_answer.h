@@ -13,6 +13,8 @@ namespace pgfleet::pool {
 // their text starts with D, L or U (or a blank or comment first); any other first message, a
 // named Parse, or a text that starts with another letter is passed on with this one look instead
 // of being framed and read by each answer. True (ask them) when there are too few bytes to tell.
+// The answers do not repeat this look: their callers ask it first (ClientConn, idle and inside
+// a quiet transaction).
 bool MayAnswerIdle(std::span<const uint8_t> data);
 
 }  // namespace pgfleet::pool

@@ -108,11 +108,6 @@ IdleListen ReadIdleListen(ClientStream& client, std::span<const uint8_t> data,
     return {};
   }
   if (data[0] == 'Q') {
-    const std::string_view bytes(reinterpret_cast<const char*>(data.data()), data.size());
-    if (bytes.size() > protocol::kHeaderSize &&
-        sql::StartsWithOtherLetter(bytes.substr(protocol::kHeaderSize), "lu")) {
-      return {};  // not LISTEN or UNLISTEN: passed on before it is framed and read
-    }
     protocol::StreamDecoder::Piece piece;
     if (protocol::StreamDecoder::PeekWhole(data, max_packet_size, &piece) !=
         protocol::FrameResult::kMessage) {

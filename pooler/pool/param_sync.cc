@@ -139,44 +139,49 @@ size_t ParamSet::Offset(size_t slot) const {
   return offset;
 }
 
-std::optional<std::string_view> ParamSet::ValueAt(size_t offset) const {
+uint32_t ParamSet::LengthAt(size_t offset) const {
   uint32_t length = 0;
   std::memcpy(&length, packed_.data() + offset, sizeof(length));
+  return length;
+}
+
+std::optional<std::string_view> ParamSet::ValueAt(size_t offset) const {
+  const uint32_t length = LengthAt(offset);
   if (length == kUnset) return std::nullopt;
   return std::string_view(packed_).substr(offset + sizeof(length), length);
 }
 
 size_t ParamSet::EntrySize(size_t offset) const {
-  uint32_t length = 0;
-  std::memcpy(&length, packed_.data() + offset, sizeof(length));
+  const uint32_t length = LengthAt(offset);
   return sizeof(length) + (length == kUnset ? 0 : length);
+}
+
+std::string ParamSet::Entry(uint32_t length, std::string_view value) {
+  // A copy first, so that a value read from this set (Get) stays valid while it is written.
+  std::string entry(sizeof(length), '\0');
+  std::memcpy(entry.data(), &length, sizeof(length));
+  entry.append(value);
+  return entry;
 }
 
 void ParamSet::Resize(size_t slots) {
   if (slots < slots_) {
     packed_.resize(Offset(slots));
   } else {
-    for (size_t i = slots_; i < slots; ++i) {
-      packed_.append(reinterpret_cast<const char*>(&kUnset), sizeof(kUnset));
-    }
+    for (size_t i = slots_; i < slots; ++i) packed_.append(Entry(kUnset, ""));
   }
   slots_ = slots;
 }
 
 void ParamSet::Set(size_t slot, std::string_view value) {
   // A value is part of a protocol message, so it is far below 4 GiB (max_packet_size).
-  const auto length = static_cast<uint32_t>(value.size());
   const size_t offset = Offset(slot);
-  std::string entry(sizeof(length), '\0');
-  std::memcpy(entry.data(), &length, sizeof(length));
-  entry.append(value);
-  packed_.replace(offset, EntrySize(offset), entry);
+  packed_.replace(offset, EntrySize(offset), Entry(static_cast<uint32_t>(value.size()), value));
 }
 
 void ParamSet::Clear(size_t slot) {
   const size_t offset = Offset(slot);
-  packed_.replace(offset, EntrySize(offset), reinterpret_cast<const char*>(&kUnset),
-                  sizeof(kUnset));
+  packed_.replace(offset, EntrySize(offset), Entry(kUnset, ""));
 }
 
 void ParamSet::FillUnset(const ParamSet& defaults) {

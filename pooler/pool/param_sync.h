@@ -57,8 +57,11 @@ class ParamSet {
   // Each slot is a 4-byte length, kUnset for a slot never set, then that many bytes of value.
   static constexpr uint32_t kUnset = 0xffffffff;
   size_t Offset(size_t slot) const;  // where `slot`'s length starts in packed_
+  uint32_t LengthAt(size_t offset) const;
   std::optional<std::string_view> ValueAt(size_t offset) const;
   size_t EntrySize(size_t offset) const;  // length field and value
+  // One slot's bytes: `length` (kUnset for none), then `value`.
+  static std::string Entry(uint32_t length, std::string_view value);
 
   std::string packed_;
   size_t slots_ = 0;

@@ -288,11 +288,6 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
 size_t Relay::AnswerIdleDeallocate(ClientStream& client, std::span<const uint8_t> data,
                                    protocol::ByteSink& to_client, char tx_status) {
   if (client.mid_message()) return 0;
-  // ParseDeallocate allows only spaces before the word: another letter first is not one.
-  if (data.size() > protocol::kHeaderSize && data[0] == 'Q' &&
-      sql::StartsWithOtherLetter(AsText(data.subspan(protocol::kHeaderSize)), "d")) {
-    return 0;
-  }
   constexpr size_t kMaxBatch = kMaxDeallocateMessage;
   data = data.first(std::min(data.size(), kMaxBatch));
   std::optional<std::string> name;

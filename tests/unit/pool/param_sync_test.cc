@@ -114,6 +114,17 @@ TEST(ParamSetTest, ClearUnsetsOneSlot) {
   EXPECT_EQ(set, expected);
 }
 
+TEST(ParamSetTest, AValueReadFromTheSameSetCanBeWritten) {
+  ParamSet set(2);
+  const std::string long_value(100, 'v');  // past the string's inline storage: it reallocates
+  set.Set(0, long_value);
+  set.Set(1, set.Get(0));
+  EXPECT_EQ(set.Get(1), long_value);
+  set.Set(0, set.Get(1).substr(0, 3));
+  EXPECT_EQ(set.Get(0), "vvv");
+  EXPECT_EQ(set.Get(1), long_value);
+}
+
 TEST(ParamSetTest, ReplacingAValueKeepsItsNeighbours) {
   ParamSet set(3);
   set.Set(0, "first");
