@@ -124,6 +124,7 @@ failures=0
 # Part 1: pgbench -S, workers A vs workers B, same pod pool.
 
 us_per_tx() { awk -v t="$1" -v n="$2" -v h="$CLK_TCK" 'BEGIN { if (n > 0) printf "%.1f", t / h * 1e6 / n; else print "n/a" }'; }
+per_tx() { awk -v a="$1" -v n="$2" 'BEGIN { if (n > 0) printf "%.2f", a / n; else print "n/a" }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 declare -A R=()
@@ -143,7 +144,7 @@ run_part1() {
   }
   warm_up "$max_clients" "$WARMUP" "${names[@]}"
 
-  local r c i n k out prefix pids p0 p1 g0 g1 m0 m1 h0 h1 t0 t1 rc tps processed failed lat
+  local r c i n k out prefix pids p0 p1 g0 g1 m0 m1 h0 h1 t0 t1 w0 w1 v0 v1 rc tps processed failed lat
   for ((r = 1; r <= ROUNDS; r++)); do
     for c in $CLIENTS; do
       n=${#names[@]}
@@ -157,6 +158,10 @@ run_part1() {
         pids=$(descendants "${TARGET_PID[$name]}")
         # shellcheck disable=SC2086
         p0=$(proc_cpu_ticks $pids)
+        # shellcheck disable=SC2086
+        w0=$(proc_sleeps $pids)
+        # shellcheck disable=SC2046
+        v0=$(proc_sleeps $(descendants "$PG_PID"))
         g0=$(tree_cpu_ticks "$PG_PID")
         m0=$(machine_busy_ticks)
         t0=$(date +%s.%N)
@@ -168,7 +173,12 @@ run_part1() {
         m1=$(machine_busy_ticks)
         g1=$(tree_cpu_ticks "$PG_PID")
         # shellcheck disable=SC2046
-        p1=$(proc_cpu_ticks $(descendants "${TARGET_PID[$name]}"))
+        v1=$(proc_sleeps $(descendants "$PG_PID"))
+        pids=$(descendants "${TARGET_PID[$name]}")
+        # shellcheck disable=SC2086
+        p1=$(proc_cpu_ticks $pids)
+        # shellcheck disable=SC2086
+        w1=$(proc_sleeps $pids)
         sleep 1.2 # workers publish their counters every 500 ms
         h1=$(metric_sum "${TARGET_METRICS[$name]}" pgfleet_server_handoffs_total)
         tps=$(pgbench_field "$out" tps)
@@ -188,6 +198,8 @@ run_part1() {
         R[$k|busy]=$((m1 - m0))
         R[$k|bench]=$BENCH_TICKS
         R[$k|pg]=$((g1 - g0))
+        R[$k|sleeps]=$((w1 - w0))
+        R[$k|pg_sleeps]=$((v1 - v0))
         R[$k|secs]=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
         R[$k|hand]=$((h1 - h0))
         R[$k|p99]=${lat% *}
@@ -202,10 +214,10 @@ run_part1() {
   echo
   echo "== pgbench -S -M $PROTOCOL through pgfleet, default_pool_size=$POOL_SIZE per pod," \
     "${DURATION}s per run, $(nproc) cores"
-  local fmt='%-12s %7s %5s %9s %12s %8s %11s %10s %8s %8s %4s %5s %6s\n'
+  local fmt='%-12s %7s %5s %9s %12s %8s %11s %10s %8s %8s %4s %5s %6s %15s %11s\n'
   # shellcheck disable=SC2059
   printf "$fmt" target clients round TPS pooler_us/tx pg_us/tx pgbench_us/tx handoffs/s p99_ms \
-    max_ms srv busy other
+    max_ms srv busy other pooler_sleeps/tx pg_sleeps/tx
   for ((r = 1; r <= ROUNDS; r++)); do
     for c in $CLIENTS; do
       for name in "${names[@]}"; do
@@ -218,7 +230,8 @@ run_part1() {
           "${R[$k|p99]}" "${R[$k|max]}" "${R[$k|srv]}" \
           "$(awk -v b="${R[$k|busy]}" -v s="${R[$k|secs]}" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", b / h / s }')" \
           "$(awk -v b="${R[$k|busy]}" -v p="${R[$k|cpu]}" -v q="${R[$k|bench]}" -v g="${R[$k|pg]}" \
-            -v s="${R[$k|secs]}" -v h="$CLK_TCK" 'BEGIN { o = (b - p - q - g) / h / s; if (o < 0) o = 0; printf "%.2f", o }')"
+            -v s="${R[$k|secs]}" -v h="$CLK_TCK" 'BEGIN { o = (b - p - q - g) / h / s; if (o < 0) o = 0; printf "%.2f", o }')" \
+          "$(per_tx "${R[$k|sleeps]}" "${R[$k|n]}")" "$(per_tx "${R[$k|pg_sleeps]}" "${R[$k|n]}")"
       done
     done
   done
@@ -227,7 +240,9 @@ run_part1() {
   echo " sum(pgfleet_server_handoffs_total) over the run / run time; p99_ms, max_ms: per-transaction"
   echo " latency from pgbench -l; srv: server connections PostgreSQL shows for the target's role"
   echo " after the run; busy: cores busy on the machine (of $(nproc)); other: cores busy with anything"
-  echo " but the pooler, PostgreSQL and pgbench: noise from other work on the machine)"
+  echo " but the pooler, PostgreSQL and pgbench: noise from other work on the machine;"
+  echo " pooler_sleeps/tx, pg_sleeps/tx: voluntary context switches (a sleep that needed a wake-up)"
+  echo " of every pgfleet thread and of PostgreSQL's live processes, per transaction)"
   echo
   echo "== ratios workers $WORKERS_A / workers $WORKERS_B (all rounds summed; goal: TPS >= 0.90)"
   local fmt2='%7s %8s %14s %18s %10s %14s\n' sa sb ga gb ta tb
