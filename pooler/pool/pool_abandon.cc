@@ -1,15 +1,27 @@
 // Pool: a server whose client went away mid-query (docs/architecture.md, "Abandoned queries").
-// PostgreSQL gets a CancelRequest for it at once, and the server stays open and counted against
-// every budget until it has answered everything it owes; then it is rolled back if a transaction is
-// open and serves again, or it is closed if it is not clean within server_connect_timeout.
+// PostgreSQL gets a CancelRequest for it at once, and another while the abandoned work still runs,
+// and the server stays open and counted against every budget until it has answered everything it
+// owes; then it is rolled back if a transaction is open and serves again, or it is closed if it is
+// not clean within server_connect_timeout.
 // Closing its socket instead would leave the backend running the query while pgfleet opened a new
 // server in its place, beyond max_db_connections.
+#include <algorithm>
+
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/pool/pool.h"
 #include "pooler/pool/pool_registry.h"
 
 namespace pgfleet::pool {
+
+namespace {
+// A draining server whose abandoned work still runs this long after its last cancel ended gets
+// another. One cancel does not always stop the work: PostgreSQL ignores a cancel that reaches a
+// backend between statements, and the next one then runs in full (a pipeline's query after its
+// own Sync, a query the backend had not read yet, a function that caught the cancel). Well above
+// the milliseconds PostgreSQL takes to act on a cancel; the janitor looks every 100 ms.
+constexpr absl::Duration kCancelAgainAfter = absl::Milliseconds(250);
+}  // namespace
 
 void Pool::AbandonServer(ServerConn* server, ClientConn* client) {
   const absl::Time now = context_.loop().now();
@@ -74,10 +86,21 @@ void Pool::ContinueDrain(ServerConn* server) {
 void Pool::ExpireDraining(absl::Time now) {
   const absl::Duration limit = context_.config().pool.server_connect_timeout;
   for (ServerConn* server : servers_.In({ServerState::kDraining})) {
-    if (now - server->drain_started_at() <= limit) continue;
-    // Its backend may still be running: one last cancel, sent whatever happens to the socket.
-    if (server->query_in_progress()) (void)registry_->cancels().CancelAbandonedQuery(*server);
-    server->Close("not clean within server_connect_timeout after its client left");
+    if (now - server->drain_started_at() > limit) {
+      // Its backend may still be running: one last cancel, sent whatever happens to the socket.
+      if (server->query_in_progress()) (void)registry_->cancels().CancelAbandonedQuery(*server);
+      server->Close("not clean within server_connect_timeout after its client left");
+      continue;
+    }
+    // Only while the abandoned work runs (pgfleet's own ROLLBACK is not cancelled), and one cancel
+    // at a time; CancelQuery checks again at connect that the same work still runs.
+    if (server->query_in_progress() && server->cancels_in_flight() == 0 &&
+        now - std::max(server->drain_started_at(), server->cancel_finished_at()) >=
+            kCancelAgainAfter &&
+        registry_->cancels().CancelQuery(*server, "abandoned_again")) {
+      PGFLEET_LOG(kInfo, "cancel_repeated", "server=", server->id(),
+                  " draining_ms=", absl::ToInt64Milliseconds(now - server->drain_started_at()));
+    }
   }
 }
 

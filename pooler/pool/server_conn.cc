@@ -124,6 +124,7 @@ void ServerConn::Detach() {
 void ServerConn::CancelFinished() {
   if (cancels_in_flight_ > 0) --cancels_in_flight_;
   if (cancels_in_flight_ > 0) return;
+  cancel_finished_at_ = loop_.now();
   if (state_ == ServerState::kCanceling) {
     pool_->MakeIdle(this);
   } else if (state_ == ServerState::kDraining) {

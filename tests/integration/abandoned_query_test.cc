@@ -70,6 +70,42 @@ TEST_F(AbandonedQueryTest, ClientKilledDuringALongQueryLeavesNoQueryRunning) {
       1);
 }
 
+// A pipeline whose client left during its first query: the cancel stops that query, and the next
+// one (after its own Sync) starts only then, so that cancel cannot reach it. pgfleet cancels again
+// while the abandoned work still runs, so no query of it runs on for long: not until it ends, nor
+// until server_connect_timeout closes the server.
+TEST_F(AbandonedQueryTest, EveryQueryOfAnAbandonedPipelineIsStopped) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1, "  server_connect_timeout: 60s\n"));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+  const std::vector<std::string> pipeline = {"SELECT pg_sleep(30.1)", "SELECT pg_sleep(30.2)",
+                                             "SELECT pg_sleep(30.3)"};
+  ASSERT_EQ(PQenterPipelineMode(c.get()), 1);
+  for (const std::string& sql : pipeline) {
+    ASSERT_EQ(PQsendQueryParams(c.get(), sql.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0), 1);
+    ASSERT_EQ(PQpipelineSync(c.get()), 1);
+  }
+  ASSERT_EQ(PQflush(c.get()), 0);
+  ASSERT_EQ(
+      WaitFor([&] { return Running(pipeline[0]); }, [](const std::string& n) { return n == "1"; }),
+      "1");
+  const auto left = Clock::now();
+  c.reset();
+  for (const std::string& sql : pipeline) {
+    // Each one is seen running (or was over before a look), then stopped within seconds.
+    EXPECT_EQ(WaitFor([&] { return Running(sql); }, [](const std::string& n) { return n == "0"; },
+                      std::chrono::seconds(5)),
+              "0")
+        << sql << "\n"
+        << fleet.Log();
+  }
+  EXPECT_LT(Clock::now() - left, std::chrono::seconds(10));
+  // The server was kept: clean again, it serves the next client.
+  auto next = Connect(fleet.ConnString());
+  EXPECT_EQ(Value(next, "SELECT 'next'"), "next") << ErrorOf(next);
+  EXPECT_EQ(ServerConnections(), 1) << "the server was kept, not replaced";
+}
+
 TEST_F(AbandonedQueryTest, ClientGoneInsideATransactionIsRolledBackAndItsServerReused) {
   pg().Exec("DROP TABLE IF EXISTS abandoned_tx; CREATE TABLE abandoned_tx (id int)");
   PgfleetProcess fleet(PoolConfig("transaction", 1));
