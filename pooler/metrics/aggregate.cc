@@ -138,6 +138,7 @@ void AddWorkerStats(const WorkerStats& from, AddMode mode, WorkerStats* into) {
   into->set_cancels_dropped(into->cancels_dropped() + from.cancels_dropped());
   into->set_cancels_queued(into->cancels_queued() + from.cancels_queued());
   into->set_cancels_abandoned(into->cancels_abandoned() + from.cancels_abandoned());
+  into->set_cancels_repeated(into->cancels_repeated() + from.cancels_repeated());
   into->set_clients_rejected(into->clients_rejected() + from.clients_rejected());
   into->set_login_failures(into->login_failures() + from.login_failures());
   into->set_protocol_errors(into->protocol_errors() + from.protocol_errors());

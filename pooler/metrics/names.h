@@ -68,6 +68,9 @@ inline constexpr std::string_view kCancelDropped = "pgfleet_cancel_dropped_total
 inline constexpr std::string_view kCancelQueued = "pgfleet_cancel_queued_total";
 // Queries whose client went away (or was closed) mid-query, cancelled in PostgreSQL by pgfleet.
 inline constexpr std::string_view kCancelAbandoned = "pgfleet_cancel_abandoned_total";
+// Further cancels for abandoned work that still ran 250 ms after the one before (PostgreSQL
+// ignores a cancel that falls between statements: a pipeline's next query, a query not yet read).
+inline constexpr std::string_view kCancelRepeated = "pgfleet_cancel_repeated_total";
 inline constexpr std::string_view kClientConnections = "pgfleet_client_connections_total";
 // {reason, worker}: reason is max_client_conn | max_concurrent_logins | hba | tls_required |
 // tls_handshake | login_failed | protocol_error.

@@ -184,6 +184,7 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
   out->set_cancels_dropped(counters.cancels_dropped);
   out->set_cancels_queued(counters.cancels_queued);
   out->set_cancels_abandoned(counters.cancels_abandoned);
+  out->set_cancels_repeated(counters.cancels_repeated);
   out->set_clients_rejected(counters.clients_rejected_max_client_conn);
   out->set_login_failures(counters.login_failures);
   out->set_protocol_errors(counters.protocol_errors);

@@ -98,6 +98,7 @@ void Pool::ExpireDraining(absl::Time now) {
         now - std::max(server->drain_started_at(), server->cancel_finished_at()) >=
             kCancelAgainAfter &&
         registry_->cancels().CancelQuery(*server, "abandoned_again")) {
+      ++context_.counters().cancels_repeated;
       PGFLEET_LOG(kInfo, "cancel_repeated", "server=", server->id(),
                   " draining_ms=", absl::ToInt64Milliseconds(now - server->drain_started_at()));
     }

@@ -89,6 +89,8 @@ struct WorkerCounters {
   uint64_t cancels_queued = 0;
   // Cancels pgfleet sent PostgreSQL for queries whose client went away (or was closed) mid-query.
   uint64_t cancels_abandoned = 0;
+  // Further cancels for abandoned work that still ran after the one before.
+  uint64_t cancels_repeated = 0;
   uint64_t servers_opened = 0;
   // One pool per pod: idle servers given to / taken from sibling workers.
   uint64_t servers_handed_over = 0;

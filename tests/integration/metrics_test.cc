@@ -169,6 +169,7 @@ TEST_F(MetricsTest, EveryMetricIsServedAndMatchesTheConsole) {
                                 n::kCancelDropped,
                                 n::kCancelQueued,
                                 n::kCancelAbandoned,
+                                n::kCancelRepeated,
                                 n::kClientConnections,
                                 n::kClientsRejected,
                                 n::kCancelRateLimited,
