@@ -100,11 +100,12 @@ TEST_F(AbandonedQueryTest, EveryQueryOfAnAbandonedPipelineIsStopped) {
         << fleet.Log();
   }
   EXPECT_LT(Clock::now() - left, std::chrono::seconds(10));
-  // The first query's cancel was the abandonment's; the next two needed one more each.
+  // Three queries, and one CancelRequest stops at most two (PostgreSQL signals the backend twice,
+  // and the second signal may land in the next query): at least one cancel was a repeated one.
   EXPECT_GE(
       WaitFor([&] { return MetricSum(fleet.metrics_port(), "pgfleet_cancel_repeated_total"); },
-              [](double n) { return n >= 2; }),
-      2);
+              [](double n) { return n >= 1; }),
+      1);
   // The server was kept: clean again, it serves the next client.
   auto next = Connect(fleet.ConnString());
   EXPECT_EQ(Value(next, "SELECT 'next'"), "next") << ErrorOf(next);
