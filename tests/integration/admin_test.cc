@@ -151,11 +151,16 @@ TEST_F(AdminTest, PauseDrainsAndResumeContinuesPgbench) {
   ASSERT_NO_FATAL_FAILURE(InitPgbench());
   PgfleetProcess fleet(AdminConfig(2, 8));
   const std::string out = fleet.dir() + "/pgbench.out";
+  ConnPtr admin = Admin(fleet);
+  // The port accepts as soon as one worker serves: until both answer, PAUSE and SHOW reach only
+  // the first, and the second's transactions would show up in the totals later.
+  ASSERT_EQ(WaitFor([&] { return Rows(admin, "SHOW WORKERS").size(); },
+                    [](size_t n) { return n >= 2; }, std::chrono::seconds(5)),
+            2u);
   std::thread bench([&] {
     RunCommand(absl::StrCat("pgbench -n -c 8 -j 2 -T 7 -h 127.0.0.1 -p ", fleet.port(),
                             " -U postgres postgres > ", out, " 2>&1; echo exit=$? >> ", out));
   });
-  ConnPtr admin = Admin(fleet);
   // Until pgbench is running transactions through the pod.
   WaitFor([&] {
     auto totals = Rows(admin, "SHOW STATS_TOTALS");
