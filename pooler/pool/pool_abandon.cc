@@ -14,15 +14,6 @@
 
 namespace pgfleet::pool {
 
-namespace {
-// A draining server whose abandoned work still runs this long after its last cancel ended gets
-// another. One cancel does not always stop the work: PostgreSQL ignores a cancel that reaches a
-// backend between statements, and the next one then runs in full (a pipeline's query after its
-// own Sync, a query the backend had not read yet, a function that caught the cancel). Well above
-// the milliseconds PostgreSQL takes to act on a cancel; the janitor looks every 100 ms.
-constexpr absl::Duration kCancelAgainAfter = absl::Milliseconds(250);
-}  // namespace
-
 void Pool::AbandonServer(ServerConn* server, ClientConn* client) {
   const absl::Time now = context_.loop().now();
   protocol::StringSink ending;
@@ -55,6 +46,7 @@ void Pool::AbandonServer(ServerConn* server, ClientConn* client) {
   // the next client's query.
   if (server->query_in_progress() && cancels.CancelQuery(*server, "abandoned")) {
     ++counters.cancels_abandoned;
+    server->repeat_cancel().Sent(server->relay().batches_owed());
   }
   PGFLEET_LOG(kInfo, "server_draining", "server=", server->id(), " db=", base::LogQuote(db_.name),
               " user=", base::LogQuote(user_),
@@ -92,12 +84,15 @@ void Pool::ExpireDraining(absl::Time now) {
       server->Close("not clean within server_connect_timeout after its client left");
       continue;
     }
-    // Only while the abandoned work runs (pgfleet's own ROLLBACK is not cancelled), and one cancel
-    // at a time; CancelQuery checks again at connect that the same work still runs.
+    // Another cancel while the abandoned work still runs (RepeatCancel says when): only for the
+    // client's work (pgfleet's own ROLLBACK is not cancelled), one at a time, and CancelQuery
+    // checks again at connect that the same work still runs. The janitor looks every 100 ms.
+    const size_t owed = server->relay().batches_owed();
     if (server->query_in_progress() && server->cancels_in_flight() == 0 &&
-        now - std::max(server->drain_started_at(), server->cancel_finished_at()) >=
-            kCancelAgainAfter &&
+        server->repeat_cancel().Due(
+            now, std::max(server->drain_started_at(), server->cancel_finished_at()), owed) &&
         registry_->cancels().CancelQuery(*server, "abandoned_again")) {
+      server->repeat_cancel().Sent(owed);
       ++context_.counters().cancels_repeated;
       PGFLEET_LOG(kInfo, "cancel_repeated", "server=", server->id(),
                   " draining_ms=", absl::ToInt64Milliseconds(now - server->drain_started_at()));

@@ -181,6 +181,8 @@ class Relay {
            !backend_.mid_message() && staged_.empty();
   }
   bool query_in_progress() const { return !rfq_owed_.empty(); }
+  // Batches (up to their ReadyForQuery) whose answers are still owed to the client's work.
+  size_t batches_owed() const { return rfq_owed_.size(); }
   bool hidden_in_flight() const { return hidden_rfq_ > 0; }
   // The last FromClient stopped before a message whose meaning depends on answers the server
   // still owes: a Parse of a statement name that a Parse, Close or DEALLOCATE of an earlier batch

@@ -16,6 +16,7 @@
 #include "pooler/pool/handoff_message.h"
 #include "pooler/pool/param_sync.h"
 #include "pooler/pool/relay.h"
+#include "pooler/pool/repeat_cancel.h"
 #include "pooler/pool/server_budget.h"
 #include "pooler/pool/server_login.h"
 #include "pooler/protocol/backend.h"
@@ -96,9 +97,12 @@ class ServerConn final : public net::Connection, public base::ListNode {
   // Its client left mid-query (Pool::AbandonServer): from `now` it drains what it owes.
   void BeginDrain(absl::Time now) {
     drain_started_at_ = now;
+    repeat_cancel_ = RepeatCancel();
     SetReadEnabled(true);
   }
   absl::Time drain_started_at() const { return drain_started_at_; }
+  // When its abandoned work gets its next cancel (Pool::ExpireDraining).
+  RepeatCancel& repeat_cancel() { return repeat_cancel_; }
 
   // Sends bytes pgfleet made (the relay accounted for them); false when the socket failed.
   [[nodiscard]] bool SendSink(const protocol::StringSink& sink);
@@ -183,6 +187,7 @@ class ServerConn final : public net::Connection, public base::ListNode {
   absl::Time linked_at_;
   absl::Time drain_started_at_;
   absl::Time cancel_finished_at_ = absl::InfinitePast();
+  RepeatCancel repeat_cancel_;
 };
 
 using ServerLists = StateLists<ServerConn, ServerState, kServerStateCount>;

@@ -112,6 +112,40 @@ TEST_F(AbandonedQueryTest, EveryQueryOfAnAbandonedPipelineIsStopped) {
   EXPECT_EQ(ServerConnections(), 1) << "the server was kept, not replaced";
 }
 
+// Abandoned work that survives cancels (here a function that catches them for 4 s) is cancelled
+// again and again, but ever less often (RepeatCancel): a handful of cancel connections, not four
+// a second, and the first cancel after it stops catching them stops it.
+TEST_F(AbandonedQueryTest, WorkThatSurvivesCancelsIsCancelledEverLessOften) {
+  pg().Exec(
+      "CREATE OR REPLACE FUNCTION survives_cancels(seconds float8) RETURNS void LANGUAGE plpgsql"
+      " AS $$ DECLARE until timestamptz := clock_timestamp() + make_interval(secs => seconds);"
+      " BEGIN"
+      "   WHILE clock_timestamp() < until LOOP"
+      "     BEGIN PERFORM pg_sleep(0.01); EXCEPTION WHEN query_canceled THEN NULL; END;"
+      "   END LOOP;"
+      "   PERFORM pg_sleep(30);"
+      " END $$");
+  PgfleetProcess fleet(PoolConfig("transaction", 1, "  server_connect_timeout: 60s\n"));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+  const std::string sql = "SELECT survives_cancels(4)";
+  ASSERT_EQ(PQsendQuery(c.get(), sql.c_str()), 1);
+  ASSERT_EQ(WaitFor([&] { return Running(sql); }, [](const std::string& n) { return n == "1"; }),
+            "1");
+  c.reset();
+  // Cancels at about 0, 0.3, 0.8, 1.8 and 3.8 s are caught; the one at about 7.8 s stops it.
+  EXPECT_EQ(WaitFor([&] { return Running(sql); }, [](const std::string& n) { return n == "0"; },
+                    std::chrono::seconds(15)),
+            "0")
+      << fleet.Log();
+  // A fixed quarter-second wait would have sent about 26 by then.
+  const double repeated =
+      WaitFor([&] { return MetricSum(fleet.metrics_port(), "pgfleet_cancel_repeated_total"); },
+              [](double n) { return n >= 3; });
+  EXPECT_GE(repeated, 3);
+  EXPECT_LE(repeated, 7);
+}
+
 TEST_F(AbandonedQueryTest, ClientGoneInsideATransactionIsRolledBackAndItsServerReused) {
   pg().Exec("DROP TABLE IF EXISTS abandoned_tx; CREATE TABLE abandoned_tx (id int)");
   PgfleetProcess fleet(PoolConfig("transaction", 1));
