@@ -182,9 +182,12 @@ def build():
     L.row("Cancels, restarts and errors")
     L.add("timeseries", "Cancel requests",
           "Cancels received, forwarded to the worker or pod that owns the session, and dropped "
-          "(unknown or stale keys).",
-          [target(f"sum(rate(pgfleet_cancel_{s}_total{{{POD}}}[{RATE}]))", s, "ABC"[i])
-           for i, s in enumerate(("received", "forwarded", "dropped"))], 8, 8, "ops")
+          "(unknown or stale keys); queries cancelled while still queued (answered by pgfleet); "
+          "cancels sent for abandoned queries (their client left mid-query), and the further "
+          "cancels for abandoned work that still ran (repeated).",
+          [target(f"sum(rate(pgfleet_cancel_{s}_total{{{POD}}}[{RATE}]))", s, "ABCDEF"[i])
+           for i, s in enumerate(("received", "forwarded", "dropped", "queued", "abandoned",
+                                  "repeated"))], 8, 8, "ops")
     L.add("timeseries", "Worker restarts", "Workers the supervisor restarted, per pod.",
           [target(f"sum by (pod) (increase(pgfleet_worker_restarts_total{{{POD}}}[{RATE}]))",
                   "{{pod}}", "A")], 8, 8)

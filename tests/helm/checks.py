@@ -38,6 +38,8 @@ METRICS = {
     "pgfleet_stats_sent_bytes_total", "pgfleet_budget_share",
     "pgfleet_budget_max_db_connections", "pgfleet_cancel_received_total",
     "pgfleet_cancel_forwarded_total", "pgfleet_cancel_dropped_total",
+    "pgfleet_cancel_queued_total", "pgfleet_cancel_abandoned_total",
+    "pgfleet_cancel_repeated_total",
     "pgfleet_prepared_statements_total", "pgfleet_errors_total",
     "pgfleet_client_connections_total", "pgfleet_max_client_conn",
     "pgfleet_clients_rejected_total", "pgfleet_cancel_rate_limited_total",
