@@ -5,8 +5,6 @@
 // not clean within server_connect_timeout.
 // Closing its socket instead would leave the backend running the query while pgfleet opened a new
 // server in its place, beyond max_db_connections.
-#include <algorithm>
-
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/pool/pool.h"
@@ -89,8 +87,7 @@ void Pool::ExpireDraining(absl::Time now) {
     // checks again at connect that the same work still runs. The janitor looks every 100 ms.
     const size_t owed = server->relay().batches_owed();
     if (server->query_in_progress() && server->cancels_in_flight() == 0 &&
-        server->repeat_cancel().Due(
-            now, std::max(server->drain_started_at(), server->cancel_finished_at()), owed) &&
+        server->repeat_cancel().Due(now, owed) &&
         registry_->cancels().CancelQuery(*server, "abandoned_again")) {
       server->repeat_cancel().Sent(owed);
       ++context_.counters().cancels_repeated;

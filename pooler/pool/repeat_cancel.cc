@@ -9,9 +9,9 @@ void RepeatCancel::Sent(size_t batches_owed) {
   owed_at_last_ = batches_owed;
 }
 
-bool RepeatCancel::Due(absl::Time now, absl::Time last_ended, size_t batches_owed) const {
+bool RepeatCancel::Due(absl::Time now, size_t batches_owed) const {
   const absl::Duration wait = batches_owed < owed_at_last_ ? kFirstWait : wait_;
-  return now - last_ended >= wait;
+  return now - last_ended_ >= wait;
 }
 
 }  // namespace pgfleet::pool

@@ -24,15 +24,21 @@ class RepeatCancel {
   static constexpr absl::Duration kFirstWait = absl::Milliseconds(250);
   static constexpr absl::Duration kLongestWait = absl::Seconds(4);
 
+  // The server began to drain at `drain_started`: waits count from then until a cancel ends.
+  explicit RepeatCancel(absl::Time drain_started = absl::InfinitePast())
+      : last_ended_(drain_started) {}
+
   // A cancel went out while the server owed answers to `batches_owed` batches.
   void Sent(size_t batches_owed);
-  // Whether another cancel is due at `now`: the last one ended (or the drain began) at
-  // `last_ended`, and `batches_owed` batches are still owed.
-  bool Due(absl::Time now, absl::Time last_ended, size_t batches_owed) const;
+  // The server's cancels in flight all ended (sent, dropped or failed) at `now`.
+  void Ended(absl::Time now) { last_ended_ = now; }
+  // Whether another cancel is due at `now`, with `batches_owed` batches still owed.
+  bool Due(absl::Time now, size_t batches_owed) const;
 
   absl::Duration wait_without_progress() const { return wait_; }
 
  private:
+  absl::Time last_ended_;
   size_t owed_at_last_ = std::numeric_limits<size_t>::max();  // none sent yet
   absl::Duration wait_ = kFirstWait;
 };

@@ -124,10 +124,10 @@ void ServerConn::Detach() {
 void ServerConn::CancelFinished() {
   if (cancels_in_flight_ > 0) --cancels_in_flight_;
   if (cancels_in_flight_ > 0) return;
-  cancel_finished_at_ = loop_.now();
   if (state_ == ServerState::kCanceling) {
     pool_->MakeIdle(this);
   } else if (state_ == ServerState::kDraining) {
+    repeat_cancel_.Ended(loop_.now());
     pool_->ContinueDrain(this);
   }
 }

@@ -97,7 +97,7 @@ class ServerConn final : public net::Connection, public base::ListNode {
   // Its client left mid-query (Pool::AbandonServer): from `now` it drains what it owes.
   void BeginDrain(absl::Time now) {
     drain_started_at_ = now;
-    repeat_cancel_ = RepeatCancel();
+    repeat_cancel_ = RepeatCancel(now);
     SetReadEnabled(true);
   }
   absl::Time drain_started_at() const { return drain_started_at_; }
@@ -110,8 +110,6 @@ class ServerConn final : public net::Connection, public base::ListNode {
   int cancels_in_flight() const { return cancels_in_flight_; }
   void AddCancelInFlight() { ++cancels_in_flight_; }
   void CancelFinished();
-  // When its last cancel ended (sent, dropped or failed); InfinitePast before any.
-  absl::Time cancel_finished_at() const { return cancel_finished_at_; }
 
   // Runs auth_query for `client` on this idle server (its state becomes kTesting).
   [[nodiscard]] bool StartAuthQuery(ClientConn* client, std::string_view query,
@@ -186,7 +184,6 @@ class ServerConn final : public net::Connection, public base::ListNode {
   absl::Time last_used_at_;
   absl::Time linked_at_;
   absl::Time drain_started_at_;
-  absl::Time cancel_finished_at_ = absl::InfinitePast();
   RepeatCancel repeat_cancel_;
 };
 
