@@ -8,7 +8,7 @@
 // (fewer batches owed since it went out), so that each query of a pipeline stops within moments;
 // after a doubling wait where it made none (work that survives cancels: a function that catches
 // them, code that never checks), so that such work costs PostgreSQL a handful of cancel
-// connections before server_connect_timeout closes its server, not four a second.
+// connections before server_connect_timeout closes its server, not three a second.
 #pragma once
 
 #include <cstddef>
