@@ -66,6 +66,38 @@ bool GrpcCancelForwarder::SendToSibling(const protocol::CancelKey& key, uint32_t
 }
 
 void GrpcCancelForwarder::SendToPod(const protocol::CancelKey& key, const std::string& address) {
+  ++sent_to_pods_;
+  Send(PodStub(address), key, /*via_pod_endpoint=*/true, address);
+}
+
+void GrpcCancelForwarder::NotifySchemaChanged(net::EventLoop& loop) {
+  if (fleet_ == nullptr || schema_notice_due_) return;
+  schema_notice_due_ = true;
+  loop.RunAfter(kSchemaNoticeDelay, [this] {
+    schema_notice_due_ = false;
+    for (const auto& address : fleet_->AllOtherPods()) {
+      struct Call {
+        grpc::ClientContext context;
+        v1::AdminCommandRequest request;
+        v1::AdminCommandReply reply;
+      };
+      auto call = std::make_shared<Call>();
+      call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+      if (credentials_ != nullptr) credentials_->Authorize(&call->context);
+      call->request.set_command(v1::AdminCommandRequest::COMMAND_SCHEMA_CHANGED);
+      PodStub(address)->async()->AdminCommand(
+          &call->context, &call->request, &call->reply, [call, address](grpc::Status status) {
+            if (!status.ok() || !call->reply.ok()) {
+              PGFLEET_LOG(kWarning, "schema_notice_failed", "to=", address, " error=",
+                          base::LogQuote(status.ok() ? call->reply.error()
+                                                     : status.error_message()));
+            }
+          });
+    }
+  });
+}
+
+v1::Peering::Stub* GrpcCancelForwarder::PodStub(const std::string& address) {
   auto it = pod_stubs_.find(address);
   if (it == pod_stubs_.end()) {
     auto channel = credentials_ != nullptr
@@ -73,8 +105,7 @@ void GrpcCancelForwarder::SendToPod(const protocol::CancelKey& key, const std::s
                        : grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
     it = pod_stubs_.emplace(address, v1::Peering::NewStub(channel)).first;
   }
-  ++sent_to_pods_;
-  Send(it->second.get(), key, /*via_pod_endpoint=*/true, address);
+  return it->second.get();
 }
 
 void GrpcCancelForwarder::Send(v1::Peering::Stub* stub, const protocol::CancelKey& key,

@@ -18,6 +18,7 @@
 #include "peering/credentials.h"
 #include "peering/fleet_directory.h"
 #include "peering/peer_directory.h"
+#include "pooler/net/event_loop.h"
 #include "pgfleet/peering/v1/peering.grpc.pb.h"
 #include "pooler/pool/cancel_registry.h"
 
@@ -37,9 +38,18 @@ class GrpcCancelForwarder final : public pool::CancelForwarder {
 
   uint64_t sent_to_pods() const { return sent_to_pods_; }
 
+  // Tells every other pod that the schema changed (DDL seen here, or a stale-plan error), so that
+  // their Parses from now on are analysed afresh too (pool::StatementRegistry). Calls within
+  // kSchemaNoticeDelay of each other go out as one, after it: a migration of many statements,
+  // or many clients meeting one stale statement, sends one notice. Loop thread only.
+  void NotifySchemaChanged(net::EventLoop& loop);
+  static constexpr absl::Duration kSchemaNoticeDelay = absl::Milliseconds(20);
+
  private:
   bool SendToSibling(const protocol::CancelKey& key, uint32_t owner);
   void SendToPod(const protocol::CancelKey& key, const std::string& address);
+  // The channel to another pod's peering endpoint, made on first use and kept.
+  v1::Peering::Stub* PodStub(const std::string& address);
   void Send(v1::Peering::Stub* stub, const protocol::CancelKey& key, bool via_pod_endpoint,
             std::string to);
 
@@ -52,6 +62,7 @@ class GrpcCancelForwarder final : public pool::CancelForwarder {
   absl::flat_hash_map<uint32_t, std::unique_ptr<v1::Peering::Stub>> stubs_;
   absl::flat_hash_map<std::string, std::unique_ptr<v1::Peering::Stub>> pod_stubs_;
   uint64_t sent_to_pods_ = 0;
+  bool schema_notice_due_ = false;
 };
 
 }  // namespace pgfleet::peering

@@ -127,6 +127,11 @@ void AdminActions::Apply(const AdminCommandRequest& request, Done done) {
       done(status.ok() ? Ok() : Error(std::string(base::Sv(status.message()))));
       return;
     }
+    case AdminCommandRequest::COMMAND_SCHEMA_CHANGED:
+      // The pod's epoch is shared: this worker moves it for its siblings too.
+      registry_.context().statements().OnRemoteSchemaChange();
+      done(Ok());
+      return;
     case AdminCommandRequest::COMMAND_WAIT_CLOSE:
       WaitUntil(
           [this, db] {

@@ -50,7 +50,7 @@ struct PodServerCounts::Slot {
 // Which layout a region has: bumped on any change to Region or Slot. During a rolling restart
 // after an upgrade, workers of the new build attach to the region the running supervisor made
 // with the old one; they must refuse it, not misread it or fault past its end.
-constexpr uint64_t kLayout = 0x7067'666c'0000'0003;  // "pgfl", version 3
+constexpr uint64_t kLayout = 0x7067'666c'0000'0004;  // "pgfl", version 4
 
 struct PodServerCounts::Region {
   std::atomic<uint64_t> layout;      // kLayout, written by CreateSharedRegion
@@ -58,6 +58,7 @@ struct PodServerCounts::Region {
   std::atomic<int64_t> lease_start_us;
   std::atomic<int64_t> lease_timeout_us;
   std::atomic<int64_t> lease_forget_after_us;
+  std::atomic<uint64_t> statement_epoch;
   Slot slots[kKeys];
   std::atomic<int32_t> open[kWorkers][kKeys];
   std::atomic<int32_t> idle[kWorkers][kKeys];
@@ -370,6 +371,11 @@ std::vector<std::string> PodServerCounts::DatabaseNames() const {
     if (slot.text[0] == 'd') names.emplace_back(slot.text + 1, slot.length - 1);
   }
   return names;
+}
+
+std::atomic<uint64_t>* PodServerCounts::statement_epoch() {
+  static std::atomic<uint64_t> unmapped{0};  // only when the region could not be mapped
+  return region_ != nullptr ? &region_->statement_epoch : &unmapped;
 }
 
 }  // namespace pgfleet::budget

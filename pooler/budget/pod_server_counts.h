@@ -138,6 +138,10 @@ class PodServerCounts {
   };
   std::vector<PoolName> PoolNames() const;
 
+  // The pod's schema epoch for shared prepared statements (pool::StatementRegistry): kept in the
+  // pod's region, so that DDL any worker sees makes every worker's next Parse analysed afresh.
+  std::atomic<uint64_t>* statement_epoch();
+
  private:
   struct Slot;
   struct Region;

@@ -108,6 +108,8 @@ void ClientSession::Apply(const sql::Effect& effect) {
       channels_.clear();
       unlistened.emplace_back();
       break;
+    case EffectKind::kSchemaChange:
+      break;  // the schema's, not the session's (Relay::ApplySessionEffect)
   }
 }
 

@@ -9,6 +9,7 @@
 //     u32 n, n x (str name, str value)       tracked_params
 //     u8 statements_complete (0 or 1)
 //     u32 n, n x str                         statements
+//     u32 n, n x (u32 index, i64 epoch)      statement_epochs
 //
 // where str is u32 length + bytes. The encoding is canonical (one byte string per message), so
 // the fuzzer can check that a decoded message re-encodes to what it came from.
@@ -27,12 +28,13 @@ namespace {
 
 // Bumped on any layout change: sibling workers of one pod run the same binary, but a worker
 // started by a newer binary during an upgrade must refuse, not misread, an older one's message.
-constexpr uint8_t kVersion = 2;
+constexpr uint8_t kVersion = 3;
 
 // The smallest encoding of one list element (an empty str, or a pair of them), to reject a count
 // that the remaining bytes could not hold before anything is allocated for it.
 constexpr size_t kMinStringBytes = 4;
 constexpr size_t kMinPairBytes = 2 * kMinStringBytes;
+constexpr size_t kMinEpochBytes = 12;
 
 class Writer {
  public:
@@ -85,7 +87,13 @@ std::string Encode(const HandoffMessage& message, bool with_statements) {
     if (with_statements) {
       w.U32(static_cast<uint32_t>(s.statements.size()));
       for (const std::string& tail : s.statements) w.Str(tail);
+      w.U32(static_cast<uint32_t>(s.statement_epochs.size()));
+      for (const auto& [index, epoch] : s.statement_epochs) {
+        w.U32(index);
+        w.I64(static_cast<int64_t>(epoch));
+      }
     } else {
+      w.U32(0);
       w.U32(0);
     }
   }
@@ -201,6 +209,19 @@ absl::StatusOr<HandoffMessage> DecodeHandoff(std::string_view bytes) {
     s.statements.resize(n);
     for (std::string& tail : s.statements) {
       if (!c.Str(&tail)) return Malformed("truncated statement");
+    }
+    if (!c.Count(kMinEpochBytes, &n)) return Malformed("truncated or oversized statement epochs");
+    s.statement_epochs.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      auto& [index, epoch] = s.statement_epochs[i];
+      int64_t value = 0;
+      if (!c.U32(&index) || !c.I64(&value)) return Malformed("truncated statement epoch");
+      epoch = static_cast<uint64_t>(value);
+      // Canonical: listed once each, in order, for a statement that is there, never epoch 0.
+      if (index >= s.statements.size() || epoch == 0 ||
+          (i > 0 && index <= s.statement_epochs[i - 1].first)) {
+        return Malformed("statement epoch out of order or range");
+      }
     }
   }
   if (message.kind == HandoffMessage::Kind::kClient && !c.Str(&message.peer_address)) {

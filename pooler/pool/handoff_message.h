@@ -35,6 +35,9 @@ struct ServerHandoff {
   // The Parse tails (query, NUL, parameter types) of the prepared statements the server has,
   // least recently used first; their server-side names derive from the tails.
   std::vector<std::string> statements;
+  // The schema epoch of each statement not of epoch 0 (PreparedStatement::epoch), as (index into
+  // `statements`, epoch), by increasing index: the server has it under that epoch's name.
+  std::vector<std::pair<uint32_t, uint64_t>> statement_epochs;
   // False when the statements did not fit in one message and were left out: the receiver must
   // DEALLOCATE ALL before it uses the server (its names would collide with a re-Parse).
   bool statements_complete = true;

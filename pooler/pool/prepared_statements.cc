@@ -6,11 +6,12 @@
 #include <array>
 #include <utility>
 
+#include "pooler/base/strings.h"
 #include "pooler/base/check.h"
 
 namespace pgfleet::pool {
 
-std::string StatementServerName(std::string_view parse_tail) {
+std::string StatementServerName(std::string_view parse_tail, uint64_t epoch) {
   // The name stands for the content on every server, shared by all clients: if two tails could
   // share a name, a client could craft a statement whose name is another client's and have that
   // client's Bind run it (or run the other's under its own). 128 bits of SHA-256 make that
@@ -27,18 +28,55 @@ std::string StatementServerName(std::string_view parse_tail) {
     name.push_back(kHex[digest[i] >> 4]);
     name.push_back(kHex[digest[i] & 0xf]);
   }
+  if (epoch != 0) base::StrAppend(&name, "_", epoch);
   return name;
 }
 
-StatementPtr StatementRegistry::Intern(std::string_view parse_tail) {
-  std::string key(parse_tail);
-  auto it = by_tail_.find(key);
-  if (it != by_tail_.end()) {
-    if (auto existing = it->second.lock()) return existing;
+bool IsStaleStatementError(std::string_view sqlstate, std::string_view message,
+                           std::string_view routine) {
+  if (sqlstate == "0A000") {
+    return routine == "RevalidateCachedQuery" ||
+           (routine.empty() && message == "cached plan must not change result type");
   }
+  // elog's internal errors are never translated.
+  return sqlstate == "XX000" && message.starts_with("cache lookup failed");
+}
+
+StatementPtr StatementRegistry::Intern(std::string_view parse_tail) {
+  return InternAt(parse_tail, epoch());
+}
+
+StatementPtr StatementRegistry::InternAt(std::string_view parse_tail, uint64_t epoch) {
+  auto it = by_tail_.find(base::Av(parse_tail));
+  if (it != by_tail_.end()) {
+    if (auto existing = it->second.lock(); existing != nullptr && existing->epoch == epoch) {
+      return existing;
+    }
+  }
+  // Every worker of the pod names the statement of a text in one epoch alike.
+  if (epoch == this->epoch()) return Make(std::string(parse_tail), epoch);
+  // Another epoch's (a server moved in from a sibling has it): it stays the server's, and is
+  // never handed to a Parse (not interned).
   auto statement = std::make_shared<PreparedStatement>();
-  statement->server_name = StatementServerName(key);
+  statement->server_name = StatementServerName(parse_tail, epoch);
+  statement->parse_tail = std::string(parse_tail);
+  statement->epoch = epoch;
+  return statement;
+}
+
+void StatementRegistry::SchemaChanged() {
+  epoch_->fetch_add(1, std::memory_order_acq_rel);
+  ++counters_.schema_changes;
+  if (notify_) notify_();
+}
+
+void StatementRegistry::OnRemoteSchemaChange() { epoch_->fetch_add(1, std::memory_order_acq_rel); }
+
+StatementPtr StatementRegistry::Make(std::string key, uint64_t epoch) {
+  auto statement = std::make_shared<PreparedStatement>();
+  statement->server_name = StatementServerName(key, epoch);
   statement->parse_tail = key;
+  statement->epoch = epoch;
   by_tail_[std::move(key)] = statement;
   // Forget entries nobody holds any more (amortised: every 64 new entries past 64).
   if (by_tail_.size() > 64 && by_tail_.size() % 64 == 0) {

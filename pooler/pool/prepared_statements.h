@@ -5,9 +5,17 @@
 // between workers with the names it has prepared; clients keep their own names; each server
 // remembers which statements it has, in LRU order, bounded by max_prepared_statements, and keeps
 // them interned while it has them.
+//
+// PostgreSQL analyses every Parse afresh, so a statement shared by its text is shared only within
+// one schema epoch (docs/architecture.md, "Prepared statements after a schema change"): DDL seen
+// in any client's stream, or a server's error that says a cached plan went stale, starts a new
+// epoch for the pod (and, over peering, for the fleet); a Parse from then on gets a statement of
+// the new epoch, with a name of its own, which every server analyses anew.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -26,6 +34,10 @@ struct PreparedStatement {
   // The Parse body after the statement name: query text, NUL, parameter count and type OIDs.
   // Re-Parse on another server sends server_name + this.
   std::string parse_tail;
+  // The schema epoch it belongs to: a statement of an older epoch stays what its holders prepared
+  // (a server that has it answers for it as PostgreSQL answers for a client's own statement after
+  // DDL), and a Parse in a newer epoch gets another statement.
+  uint64_t epoch = 0;
 };
 using StatementPtr = std::shared_ptr<const PreparedStatement>;
 
@@ -34,10 +46,21 @@ struct PreparedCounters {
   uint64_t hits = 0;        // the server already had it: nothing sent
   uint64_t reprepares = 0;  // injected Parse on a server that lacked it
   uint64_t evictions = 0;   // Close sent to keep a server under max_prepared_statements
+  uint64_t schema_changes = 0;  // epochs this worker started (DDL seen, or a stale-plan error)
 };
 
-// The server-side name of a statement with this Parse tail (see PreparedStatement::server_name).
-std::string StatementServerName(std::string_view parse_tail);
+// The server-side name of a statement with this Parse tail in this epoch (see
+// PreparedStatement::server_name): "pgfleet_" + 32 hex digits, and "_" + the epoch after it when
+// it is not 0 (at most 61 characters, within PostgreSQL's NAMEDATALEN).
+std::string StatementServerName(std::string_view parse_tail, uint64_t epoch = 0);
+
+// Whether a server's ErrorResponse says that a cached plan no longer fits the schema (PostgreSQL
+// revalidates a prepared statement after DDL and refuses a changed result type with 0A000, or
+// fails to find a type that was dropped with XX000 "cache lookup failed"): statements prepared
+// before are stale, and later Parses must be analysed afresh. `routine` is the error's R field,
+// which no lc_messages translates.
+bool IsStaleStatementError(std::string_view sqlstate, std::string_view message,
+                           std::string_view routine);
 
 // Worker-wide interning of statements; entries live while some client names them or some server
 // cache holds them (a server that has a statement keeps it interned, so a client preparing it again
@@ -45,14 +68,34 @@ std::string StatementServerName(std::string_view parse_tail);
 // worker records what it has by interning each Parse tail here and adopting the result.
 class StatementRegistry {
  public:
-  // The statement for this Parse tail (query + types), created on first use.
+  // The statement for this Parse tail (query + types) in the current epoch, created on first use.
   StatementPtr Intern(std::string_view parse_tail);
+  // The statement for this Parse tail in `epoch` (a server moved in from a sibling has it under
+  // that epoch's name).
+  StatementPtr InternAt(std::string_view parse_tail, uint64_t epoch);
   PreparedCounters& counters() { return counters_; }
   size_t size() const { return by_tail_.size(); }
 
+  // The schema may have changed: every Parse from now on gets a statement of a new epoch. Seen
+  // here (DDL through this worker, a stale-plan error, a client's Parse of a text it closed):
+  // the pod's epoch moves and `on_schema_change` tells the other pods. Told by another pod:
+  // OnRemoteSchemaChange, which tells nobody further.
+  void SchemaChanged();
+  void OnRemoteSchemaChange();
+  uint64_t epoch() const { return epoch_->load(std::memory_order_acquire); }
+  // The pod's epoch, shared by its workers (pooler/budget's shared region); by default this
+  // worker's own. Set once at start, before any statement is interned.
+  void set_shared_epoch(std::atomic<uint64_t>* epoch) { epoch_ = epoch; }
+  void set_on_schema_change(std::function<void()> notify) { notify_ = std::move(notify); }
+
  private:
+  StatementPtr Make(std::string key, uint64_t epoch);
+
   absl::flat_hash_map<std::string, std::weak_ptr<const PreparedStatement>> by_tail_;
   PreparedCounters counters_;
+  std::atomic<uint64_t> own_epoch_{0};
+  std::atomic<uint64_t>* epoch_ = &own_epoch_;
+  std::function<void()> notify_;
 };
 
 // The statement name of a simple-query `DEALLOCATE [PREPARE] name` (case-insensitive keywords,

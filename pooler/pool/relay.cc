@@ -587,6 +587,13 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
       break;
     case 'E': {
       auto fields = protocol::ParseErrorFields(body);
+      if (settings_.statements != nullptr && fields.ok() &&
+          IsStaleStatementError(fields->sqlstate, fields->message, fields->routine)) {
+        // DDL made around pgfleet (or not seen as such): the statements prepared so far may be
+        // stale, so Parses from now on are analysed afresh. The client gets the error, as
+        // PostgreSQL gives it for its own statement prepared before the DDL.
+        settings_.statements->SchemaChanged();
+      }
       if (hidden) {
         observer.OnHiddenQueryFailed(fields.ok() ? fields->message : "malformed");
         return false;

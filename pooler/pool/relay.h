@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
@@ -110,6 +111,18 @@ struct ClientStream {
     std::string name;
   };
   std::optional<DeallocatePortal> portal_deallocates;
+  // The statements it closed or deallocated last (a few): a Parse of one of them again is
+  // analysed afresh (Relay::RewritePrepared).
+  void RememberClosed(StatementPtr statement) {
+    if (closed_statements.size() == kClosedRemembered) closed_statements.erase(closed_statements.begin());
+    closed_statements.push_back(std::move(statement));
+  }
+  bool TakeClosed(const StatementPtr& statement) {
+    if (closed_statements.empty()) return false;
+    return std::erase(closed_statements, statement) > 0;
+  }
+  static constexpr size_t kClosedRemembered = 8;
+  std::vector<StatementPtr> closed_statements;
   bool in_copy_in = false;  // inside COPY FROM STDIN
   bool unsynced = false;    // sent extended-protocol messages not yet closed by Sync
   // A query cancelled while queued: its rest is dropped as it arrives, never relayed.

@@ -44,8 +44,7 @@ void Relay::AppendParse(const StatementPtr& statement, PendingAction action) {
     ++counters.evictions;
   }
   const auto& tail = statement->parse_tail;
-  protocol::BuildParseWithTail(scratch_, statement->server_name,
-                               {reinterpret_cast<const uint8_t*>(tail.data()), tail.size()});
+  protocol::BuildParseWithTail(scratch_, statement->server_name, base::AsBytes(tail));
   PushPending(PendingKind::kParse, action, statement);
 }
 
@@ -125,6 +124,7 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
     pending.unnamed_here = true;
     pending.named = std::move(it->second);
     names.erase(it);
+    client_->RememberClosed(pending.named);
   };
 
   switch (type) {
@@ -186,17 +186,29 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
       if (NameUnsettled(name)) return Rewrite::kWait;
       const auto tail = reader.Rest();
       auto& registry = *settings_.statements;
-      StatementPtr statement = registry.Intern(
-          std::string_view(reinterpret_cast<const char*>(tail.data()), tail.size()));
+      StatementPtr statement = registry.Intern(AsText(tail));
       ++registry.counters().prepared;
+      if (client_->TakeClosed(statement)) {
+        // The client closed this very statement and Parses its text again (pgx and pgjdbc after
+        // an error, psycopg after its cache let it go): PostgreSQL analyses that Parse afresh,
+        // which catches what no error told pgfleet (a parameter's type changed around it). The
+        // schema may have changed for every text, so a new epoch starts.
+        registry.SchemaChanged();
+        statement = registry.Intern(AsText(tail));
+      }
       auto [it, inserted] = names.try_emplace(std::string(name), statement);
       *skip = piece.header.total_size();
       // Re-preparing a name is refused only for other content; the name says what the content is.
-      if (!inserted && it->second->server_name != statement->server_name) {
-        // The server fails a Describe of a statement it cannot have in the Parse's place.
-        protocol::BuildDescribe(scratch_, 'S', kMissingStatementName);
-        return FailMessage(PendingKind::kDescribe, protocol::sqlstate::kDuplicatePreparedStatement,
-                           base::StrCat("prepared statement \"", name, "\" already exists"));
+      if (!inserted) {
+        if (it->second->parse_tail != statement->parse_tail) {
+          // The server fails a Describe of a statement it cannot have in the Parse's place.
+          protocol::BuildDescribe(scratch_, 'S', kMissingStatementName);
+          return FailMessage(PendingKind::kDescribe,
+                             protocol::sqlstate::kDuplicatePreparedStatement,
+                             base::StrCat("prepared statement \"", name, "\" already exists"));
+        }
+        // The same text again keeps the statement the name has, of whatever epoch.
+        statement = it->second;
       }
       if (statements_.Contains(*statement)) {
         // The server has it already (perhaps from a client long gone, or from before the server
@@ -355,7 +367,10 @@ size_t Relay::AnswerIdleDeallocate(ClientStream& client, std::span<const uint8_t
     }
     pos += piece.header.total_size();
   }
-  client.statements.erase(*name);
+  if (auto it = client.statements.find(*name); it != client.statements.end()) {
+    client.RememberClosed(std::move(it->second));
+    client.statements.erase(it);
+  }
   // Nothing is in flight to the client (idle, or a quiet transaction), so answering here keeps
   // order.
   protocol::BuildReadyForQuery(answer, tx_status);

@@ -62,6 +62,24 @@ std::string FailingQuery(std::string_view sqlstate, std::string_view message,
                       "; END$pgfleet$");
 }
 
+// The classified effects the relay follows: the session's, and the schema's where prepared
+// statements are shared (`statements` not null). A schema change starts a new epoch of statements
+// twice: now, so that the client's own Parses after its DDL (in its transaction, which alone sees
+// it yet) are analysed afresh, and, like a session's SET, once its transaction commits, for
+// everyone's (StatementRegistry::SchemaChanged).
+sql::Effects EffectsToTrack(sql::Classification classified, StatementRegistry* statements) {
+  if (statements != nullptr && !classified.schema_changes.empty()) {
+    statements->SchemaChanged();
+    classified.effects.insert(classified.effects.end(), classified.schema_changes.begin(),
+                              classified.schema_changes.end());
+    // In statement order, for a ROLLBACK later in the same Query (OnSessionServerMessage).
+    std::stable_sort(
+        classified.effects.begin(), classified.effects.end(),
+        [](const sql::Effect& a, const sql::Effect& b) { return a.statement < b.statement; });
+  }
+  return std::move(classified.effects);
+}
+
 }  // namespace
 
 Relay::SessionStep Relay::OnSessionMessage(const protocol::StreamDecoder::Piece& piece,
@@ -96,7 +114,7 @@ Relay::SessionStep Relay::OnSessionMessage(const protocol::StreamDecoder::Piece&
         return SessionStep::kRelay;
       }
       sql::Effects effects;
-      if (sql::MayChangeSession(query)) effects = sql::Classify(query).effects;
+      if (sql::MayChangeSession(query)) effects = EffectsToTrack(sql::Classify(query), settings_.statements);
       if (!effects.empty() && name.empty()) {
         // The unnamed statement (psycopg, pgx and JDBC before they prepare): refused like a
         // Query, by a statement that fails when executed. It takes no parameters: the Binds of
@@ -189,18 +207,20 @@ Relay::SessionStep Relay::OnSessionMessage(const protocol::StreamDecoder::Piece&
 
 Relay::SessionStep Relay::ClassifyQuery(std::string_view sql, RelayOutput& to_server) {
   if (!sql::MayChangeSession(sql)) return SessionStep::kRelay;
-  sql::Classification classified = sql::Classify(sql);
-  if (classified.effects.empty()) return SessionStep::kRelay;
-  if (const std::string refusal = Refusal(classified.effects); !refusal.empty()) {
+  sql::Effects effects = EffectsToTrack(sql::Classify(sql), settings_.statements);
+  if (effects.empty()) return SessionStep::kRelay;
+  if (const std::string refusal = Refusal(effects); !refusal.empty()) {
     scratch_.mutable_bytes().clear();
     protocol::BuildQuery(scratch_, refusal);
     const auto& bytes = scratch_.bytes();
     to_server.Insert({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
     return SessionStep::kRefused;
   }
-  StageEffects(std::move(classified.effects), rfq_owed_.size() + 1);
+  StageEffects(std::move(effects), rfq_owed_.size() + 1);
   return SessionStep::kRelay;
 }
+
+
 
 std::string Relay::Refusal(const sql::Effects& effects) const {
   if (settings_.session == SessionTracking::kRefuse) {
@@ -327,6 +347,10 @@ void Relay::SettleSessionEffects() {
 }
 
 void Relay::ApplySessionEffect(const sql::Effect& effect) {
+  if (effect.kind == sql::EffectKind::kSchemaChange) {
+    if (settings_.statements) settings_.statements->SchemaChanged();
+    return;
+  }
   if (client_ == nullptr) return;
   if (effect.kind == sql::EffectKind::kSet) {
     // A parameter the server reports (TimeZone, and search_path from PostgreSQL 18 on) follows

@@ -71,10 +71,14 @@ ServerConn::ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id,
     const int slot = tracked.Find(name);
     if (slot >= 0) relay_.mutable_params().Set(static_cast<size_t>(slot), value);
   }
-  // The server has these under names derived from their text, which this worker derives alike.
+  // The server has these under names derived from their text and epoch, which this worker
+  // derives alike.
   StatementRegistry& statements = pool->context().statements();
-  for (const std::string& tail : moved.statements) {
-    relay_.statements().Adopt(statements.Intern(tail));
+  auto epoch = moved.statement_epochs.begin();
+  for (size_t i = 0; i < moved.statements.size(); ++i) {
+    uint64_t statement_epoch = 0;
+    if (epoch != moved.statement_epochs.end() && epoch->first == i) statement_epoch = (epoch++)->second;
+    relay_.statements().Adopt(statements.InternAt(moved.statements[i], statement_epoch));
   }
   created_at_ = absl::FromUnixMicros(moved.created_at_us);
   last_used_at_ = absl::FromUnixMicros(moved.last_used_at_us);
@@ -97,6 +101,10 @@ ServerHandoff ServerConn::Describe() const {
     if (params.IsSet(slot)) out.tracked_params.emplace_back(tracked.name(slot), params.Get(slot));
   }
   for (const StatementPtr& statement : relay_.statements().InLruOrder()) {
+    if (statement->epoch != 0) {
+      out.statement_epochs.emplace_back(static_cast<uint32_t>(out.statements.size()),
+                                        statement->epoch);
+    }
     out.statements.push_back(statement->parse_tail);
   }
   return out;

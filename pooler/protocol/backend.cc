@@ -89,6 +89,9 @@ absl::StatusOr<ErrorFields> ParseErrorFields(std::span<const uint8_t> body) {
       case 'D':
         out.detail = value;
         break;
+      case 'R':
+        out.routine = value;
+        break;
       default:
         break;
     }

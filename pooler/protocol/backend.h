@@ -50,6 +50,7 @@ struct ErrorFields {
   std::string_view sqlstate;  // C
   std::string_view message;   // M
   std::string_view detail;    // D
+  std::string_view routine;   // R: the server's source routine, never translated
 };
 absl::StatusOr<ErrorFields> ParseErrorFields(std::span<const uint8_t> body);
 

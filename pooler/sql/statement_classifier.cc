@@ -17,10 +17,14 @@
 namespace pgfleet::sql {
 namespace {
 
-// The first words of the statements that can change a session (lower case).
-constexpr std::array<std::string_view, 11> kSessionVerbs = {
-    "set",   "reset",  "discard",  "prepare", "deallocate", "declare",
-    "close", "listen", "unlisten", "create",  "drop"};
+// The first words of the statements that can change a session or the schema (lower case).
+constexpr std::array<std::string_view, 12> kSessionVerbs = {
+    "set",    "reset",  "discard",  "prepare", "deallocate", "declare",
+    "close",  "listen", "unlisten", "create",  "drop",       "alter"};
+
+// The first words of the statements that change the schema: whatever they create, alter or drop
+// (a column, a type, a function, a view, a rule) may change how a prepared statement reads.
+constexpr std::array<std::string_view, 3> kSchemaVerbs = {"create", "alter", "drop"};
 
 // Skips white space, opening parentheses and comments (--, and /* */ as they nest).
 size_t SkipBlanks(std::string_view sql, size_t pos) {
@@ -155,6 +159,7 @@ class Walker {
         raw.stmt_len() == 0 ? std::string_view::npos : static_cast<size_t>(raw.stmt_len());
     const std::string_view text = begin <= sql_.size() ? sql_.substr(begin, len) : sql_;
     const pg_query::Node& node = raw.stmt();
+    if (ChangesSchema(node, text)) schema_.push_back(Effect{EffectKind::kSchemaChange, "", "", ""});
     switch (node.node_case()) {
       case pg_query::Node::kVariableSetStmt:
         VariableSet(node.variable_set_stmt(), text);
@@ -249,14 +254,39 @@ class Walker {
   }
 
   Effects Take() { return std::move(effects_); }
+  Effects TakeSchemaChanges() { return std::move(schema_); }
 
   // Marks the effects of the statement just walked as the index-th statement's.
   void EndStatement(uint32_t index) {
     for (size_t i = marked_; i < effects_.size(); ++i) effects_[i].statement = index;
     marked_ = effects_.size();
+    for (size_t i = schema_marked_; i < schema_.size(); ++i) schema_[i].statement = index;
+    schema_marked_ = schema_.size();
   }
 
  private:
+  static bool ChangesSchema(const pg_query::Node& node, std::string_view text) {
+    switch (node.node_case()) {
+      case pg_query::Node::kDiscardStmt:
+        // Temporary objects go with DISCARD ALL and TEMP.
+        return node.discard_stmt().target() == pg_query::DISCARD_ALL ||
+               node.discard_stmt().target() == pg_query::DISCARD_TEMP;
+      case pg_query::Node::kSelectStmt:
+        return node.select_stmt().has_into_clause();
+      default:
+        break;
+    }
+    const size_t start = SkipBlanks(text, 0);
+    for (std::string_view verb : kSchemaVerbs) {
+      if (HasWordAt(text, start, verb) &&
+          (start + verb.size() == text.size() ||
+           !absl::ascii_isalnum(static_cast<unsigned char>(text[start + verb.size()])))) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   void Add(EffectKind kind, std::string name = "") {
     effects_.push_back(Effect{kind, std::move(name), "", ""});
   }
@@ -356,6 +386,8 @@ class Walker {
   std::string_view sql_;
   Effects effects_;
   size_t marked_ = 0;  // effects_[0, marked_) carry their statement index
+  Effects schema_;     // at most one per statement
+  size_t schema_marked_ = 0;
 };
 
 }  // namespace
@@ -423,6 +455,7 @@ Classification Classify(std::string_view sql) {
     walker.EndStatement(index++);
   }
   out.effects = walker.Take();
+  out.schema_changes = walker.TakeSchemaChanges();
   out.statements = tree.stmts_size();
   return out;
 }

@@ -16,14 +16,18 @@
 
 namespace pgfleet::sql {
 
-// False when `sql` certainly leaves the session as it was (beyond its transaction): no need to
-// parse it. True when it may not: a SET, RESET, DISCARD, PREPARE, DEALLOCATE, DECLARE, CLOSE,
-// LISTEN, UNLISTEN, CREATE or DROP, anything that names an advisory lock function or
+// False when `sql` certainly leaves the session as it was (beyond its transaction) and the schema
+// too: no need to parse it. True when it may not: a SET, RESET, DISCARD, PREPARE, DEALLOCATE,
+// DECLARE, CLOSE, LISTEN, UNLISTEN, CREATE, ALTER or DROP, anything that names an advisory lock function or
 // set_config() or says "temp" (SELECT ... INTO TEMP), and any query of several statements.
 bool MayChangeSession(std::string_view sql);
 
 struct Classification {
   Effects effects;  // in statement order
+  // One kSchemaChange for each statement that may change what a prepared statement's analysis
+  // finds (a table's columns, a type): CREATE, ALTER, DROP, DISCARD ALL or TEMP, SELECT INTO.
+  // Kept apart from `effects`, which are the session's.
+  Effects schema_changes;
   // False when PostgreSQL's grammar (as libpg_query knows it) rejects the text: the server will
   // most likely reject it too, so it is taken to change nothing.
   bool parsed = true;

@@ -56,6 +56,8 @@ absl::Status Worker::Init() {
   if (options_.pod_servers_fd >= 0) {
     RETURN_IF_ERROR(registry_->budget().AttachPod(options_.pod_servers_fd, local_peer_id));
   }
+  // DDL that any worker of the pod sees makes every worker's next Parse analysed afresh.
+  registry_->context().statements().set_shared_epoch(registry_->budget().pod().statement_epoch());
   fleet_->Start(&registry_->budget().pod(), /*lone_worker=*/options_.pod_servers_fd < 0);
   if (fleet_->budget_caps()) {
     // As often as a lease client ticks: a lowered share is reached within a few tens of ms.
@@ -153,6 +155,9 @@ absl::Status Worker::StartPeering() {
         *peers_, options_.peer_id, config_->pool.cancel_wait_timeout, fleet_->directory(),
         fleet_->credentials());
     registry_->cancels().set_forwarder(forwarder_.get());
+    // ... and, over peering, every other pod's.
+    registry_->context().statements().set_on_schema_change(
+        [this] { forwarder_->NotifySchemaChanged(loop_); });
   }
   return absl::OkStatus();
 }

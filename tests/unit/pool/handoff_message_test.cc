@@ -209,5 +209,17 @@ TEST(HandoffMessageTest, MoreThanOneMessageIsRejected) {
   EXPECT_EQ(DecodeHandoff(EncodeHandoff(m)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(HandoffMessageTest, StatementEpochsRoundTripAndMustBeCanonical) {
+  HandoffMessage m = FullServer();
+  m.server.statement_epochs = {{0, 3}, {2, 1}};
+  EXPECT_EQ(RoundTrip(m), m);
+  for (auto bad : std::vector<std::vector<std::pair<uint32_t, uint64_t>>>{
+           {{2, 1}, {0, 3}}, {{0, 0}}, {{3, 1}}, {{1, 1}, {1, 2}}}) {
+    HandoffMessage wrong = FullServer();
+    wrong.server.statement_epochs = bad;
+    EXPECT_FALSE(DecodeHandoff(EncodeHandoff(wrong)).ok());
+  }
+}
+
 }  // namespace
 }  // namespace pgfleet::pool

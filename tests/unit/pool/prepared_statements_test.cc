@@ -2,6 +2,7 @@
 // what moving a server between workers needs (InLruOrder, Adopt).
 #include "pooler/pool/prepared_statements.h"
 
+#include <atomic>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -112,6 +113,61 @@ TEST(ServerStatementCacheTest, AddEvictsDownToCapacityAfterAnOversizedAdopt) {
             (std::vector<std::string>{StatementServerName("a"), StatementServerName("b")}));
   EXPECT_EQ(Names(cache.InLruOrder()),
             (std::vector<std::string>{StatementServerName("c"), StatementServerName("d")}));
+}
+
+TEST(StatementRegistryTest, ASchemaChangeGivesEveryTextANewStatementOfItsOwnName) {
+  StatementRegistry registry;
+  const StatementPtr before = registry.Intern("select 1\0\0\0"s);
+  EXPECT_EQ(before->epoch, 0u);
+  registry.SchemaChanged();
+  const StatementPtr after = registry.Intern("select 1\0\0\0"s);
+  EXPECT_NE(after.get(), before.get());
+  EXPECT_EQ(after->epoch, 1u);
+  EXPECT_EQ(after->server_name, before->server_name + "_1");
+  EXPECT_EQ(after->server_name, StatementServerName("select 1\0\0\0"s, 1));
+  EXPECT_LT(StatementServerName("x"s, ~uint64_t{0}).size(), 64u) << "NAMEDATALEN";
+  // The holder of the old one keeps it; a Parse in the new epoch shares the new one.
+  EXPECT_EQ(registry.Intern("select 1\0\0\0"s).get(), after.get());
+  EXPECT_EQ(registry.counters().schema_changes, 1u);
+}
+
+TEST(StatementRegistryTest, TheEpochIsTheSharedOneAndARemoteChangeNotifiesNobody) {
+  std::atomic<uint64_t> pod_epoch{0};
+  StatementRegistry first;
+  StatementRegistry second;
+  first.set_shared_epoch(&pod_epoch);
+  second.set_shared_epoch(&pod_epoch);
+  int notices = 0;
+  first.set_on_schema_change([&] { ++notices; });
+  const StatementPtr old = second.Intern("select 1\0\0\0"s);
+  first.SchemaChanged();
+  EXPECT_EQ(notices, 1);
+  EXPECT_NE(second.Intern("select 1\0\0\0"s)->server_name, old->server_name);
+  first.OnRemoteSchemaChange();
+  EXPECT_EQ(notices, 1);
+  EXPECT_EQ(pod_epoch.load(), 2u);
+}
+
+TEST(StatementRegistryTest, AStatementOfAnotherEpochMovedInKeepsItsName) {
+  StatementRegistry registry;
+  registry.SchemaChanged();
+  registry.SchemaChanged();
+  // A sibling's server still has the epoch-1 statement: its name, not interned for Parses.
+  const StatementPtr moved = registry.InternAt("select 1\0\0\0"s, 1);
+  EXPECT_EQ(moved->server_name, StatementServerName("select 1\0\0\0"s, 1));
+  EXPECT_NE(registry.Intern("select 1\0\0\0"s).get(), moved.get());
+  // One of the current epoch is the interned one.
+  EXPECT_EQ(registry.InternAt("select 1\0\0\0"s, 2).get(),
+            registry.Intern("select 1\0\0\0"s).get());
+}
+
+TEST(StaleStatementErrorTest, OnlyTheErrorsOfAPlanThatNoLongerFitsTheSchema) {
+  EXPECT_TRUE(IsStaleStatementError("0A000", "anything, translated", "RevalidateCachedQuery"));
+  EXPECT_TRUE(IsStaleStatementError("0A000", "cached plan must not change result type", ""));
+  EXPECT_TRUE(IsStaleStatementError("XX000", "cache lookup failed for type 16390", "typeidType"));
+  EXPECT_FALSE(IsStaleStatementError("0A000", "FOR UPDATE is not allowed", "transformLockingClause"));
+  EXPECT_FALSE(IsStaleStatementError("XX000", "unexpected end of data", ""));
+  EXPECT_FALSE(IsStaleStatementError("42703", "column \"b\" does not exist", "errorMissingColumn"));
 }
 
 }  // namespace

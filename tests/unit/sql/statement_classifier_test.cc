@@ -222,5 +222,32 @@ TEST(StartsWithListenVerbTest, OnlyListenAndUnlistenAfterBlanksAndComments) {
   EXPECT_EQ(QuoteIdentifier("Mixed \"Case\""), "\"Mixed \"\"Case\"\"\"");
 }
 
+std::vector<uint32_t> SchemaChanges(std::string_view sql) {
+  std::vector<uint32_t> statements;
+  for (const Effect& e : Classify(sql).schema_changes) {
+    EXPECT_EQ(e.kind, EffectKind::kSchemaChange);
+    statements.push_back(e.statement);
+  }
+  return statements;
+}
+
+TEST(StatementClassifierTest, SchemaChangesAreKeptApartFromTheSessionsEffects) {
+  EXPECT_TRUE(MayChangeSession("ALTER TABLE t DROP COLUMN b"));
+  EXPECT_TRUE(MayChangeSession("  alter type mood add value 'x'"));
+  EXPECT_THAT(SchemaChanges("ALTER TABLE t DROP COLUMN b"), ElementsAre(0u));
+  EXPECT_THAT(Classify("ALTER TABLE t DROP COLUMN b").effects, IsEmpty());
+  EXPECT_THAT(SchemaChanges("CREATE TYPE mood AS ENUM ('a')"), ElementsAre(0u));
+  EXPECT_THAT(SchemaChanges("/* c */ DROP TYPE mood"), ElementsAre(0u));
+  EXPECT_THAT(SchemaChanges("CREATE TEMP TABLE t (a int) ON COMMIT DROP"), ElementsAre(0u));
+  EXPECT_THAT(SchemaChanges("SELECT 1 INTO TEMP t"), ElementsAre(0u));
+  EXPECT_THAT(SchemaChanges("DISCARD ALL"), ElementsAre(0u));
+  EXPECT_THAT(SchemaChanges("DISCARD PLANS"), IsEmpty());
+  EXPECT_THAT(SchemaChanges("BEGIN; SELECT 1; ALTER TABLE t ADD c int; COMMIT"), ElementsAre(2u));
+  EXPECT_THAT(SchemaChanges("SET search_path = a"), IsEmpty());
+  EXPECT_THAT(SchemaChanges("SELECT createdat FROM t"), IsEmpty());
+  // The session's effects are as before.
+  EXPECT_THAT(Kinds("CREATE TEMP TABLE t (a int)"), ElementsAre(EffectKind::kCreateTemp));
+}
+
 }  // namespace
 }  // namespace pgfleet::sql
