@@ -7,9 +7,9 @@
 //     str host   u32 port                     the address it is connected to
 //     u32 n, n x (str name, str value)       login_params
 //     u32 n, n x (str name, str value)       tracked_params
+//     u32 n, n x (u32 index, i64 epoch)      statement_epochs
 //     u8 statements_complete (0 or 1)
 //     u32 n, n x str                         statements
-//     u32 n, n x (u32 index, i64 epoch)      statement_epochs
 //
 // where str is u32 length + bytes. The encoding is canonical (one byte string per message), so
 // the fuzzer can check that a decoded message re-encodes to what it came from.
@@ -83,10 +83,9 @@ std::string Encode(const HandoffMessage& message, bool with_statements) {
     w.U32(s.port);
     w.Pairs(s.login_params);
     w.Pairs(s.tracked_params);
-    w.Byte(with_statements && s.statements_complete ? 1 : 0);
+    // The epochs first, so that a statement-free server ends with statements_complete and the
+    // statements' count.
     if (with_statements) {
-      w.U32(static_cast<uint32_t>(s.statements.size()));
-      for (const std::string& tail : s.statements) w.Str(tail);
       w.U32(static_cast<uint32_t>(s.statement_epochs.size()));
       for (const auto& [index, epoch] : s.statement_epochs) {
         w.U32(index);
@@ -94,6 +93,12 @@ std::string Encode(const HandoffMessage& message, bool with_statements) {
       }
     } else {
       w.U32(0);
+    }
+    w.Byte(with_statements && s.statements_complete ? 1 : 0);
+    if (with_statements) {
+      w.U32(static_cast<uint32_t>(s.statements.size()));
+      for (const std::string& tail : s.statements) w.Str(tail);
+    } else {
       w.U32(0);
     }
   }
@@ -200,24 +205,26 @@ absl::StatusOr<HandoffMessage> DecodeHandoff(std::string_view bytes) {
     if (!c.Pairs(&s.login_params) || !c.Pairs(&s.tracked_params)) {
       return Malformed("truncated or oversized parameters");
     }
+    uint32_t n;
+    if (!c.Count(kMinEpochBytes, &n)) return Malformed("truncated or oversized statement epochs");
+    s.statement_epochs.resize(n);
+    for (auto& [index, epoch] : s.statement_epochs) {
+      int64_t value = 0;
+      if (!c.U32(&index) || !c.I64(&value)) return Malformed("truncated statement epoch");
+      epoch = static_cast<uint64_t>(value);
+    }
     uint8_t complete;
     if (!c.Byte(&complete)) return Malformed("truncated statements_complete");
     if (complete > 1) return Malformed("statements_complete is not 0 or 1");
     s.statements_complete = complete == 1;
-    uint32_t n;
     if (!c.Count(kMinStringBytes, &n)) return Malformed("truncated or oversized statements");
     s.statements.resize(n);
     for (std::string& tail : s.statements) {
       if (!c.Str(&tail)) return Malformed("truncated statement");
     }
-    if (!c.Count(kMinEpochBytes, &n)) return Malformed("truncated or oversized statement epochs");
-    s.statement_epochs.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      auto& [index, epoch] = s.statement_epochs[i];
-      int64_t value = 0;
-      if (!c.U32(&index) || !c.I64(&value)) return Malformed("truncated statement epoch");
-      epoch = static_cast<uint64_t>(value);
-      // Canonical: listed once each, in order, for a statement that is there, never epoch 0.
+    // Canonical: each listed once, in order, for a statement that is there, never epoch 0.
+    for (size_t i = 0; i < s.statement_epochs.size(); ++i) {
+      const auto& [index, epoch] = s.statement_epochs[i];
       if (index >= s.statements.size() || epoch == 0 ||
           (i > 0 && index <= s.statement_epochs[i - 1].first)) {
         return Malformed("statement epoch out of order or range");

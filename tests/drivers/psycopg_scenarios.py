@@ -256,6 +256,33 @@ def error_at_commit_in_pipeline(dsn):
     return seen
 
 
+# ---- a schema change under prepared statements (issue 31) ----
+
+def schema_change_drop_column(dsn):
+    """A prepared select over a table loses a column (DDL through the same route): the
+    connection that prepared it, and a new one, see what PostgreSQL gives them."""
+    seen = []
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute("drop table if exists psy_schema")
+        setup.execute("create table psy_schema (a int, b text, c int)")
+        setup.execute("insert into psy_schema values (1, 'x', 2)")
+    query = "select * from psy_schema where a = %s"
+    with connect(dsn, autocommit=True) as conn:
+        seen.append(outcome(lambda: conn.execute(query, (1,)).fetchall()))
+        with psycopg.connect(dsn, autocommit=True) as ddl:
+            ddl.execute("alter table psy_schema drop column b")
+        for _ in range(3):
+            seen.append(outcome(lambda: conn.execute(query, (1,)).fetchall()))
+        # psycopg's way to start again: its cache forgets the statement (DEALLOCATE or Close).
+        conn.prepared_max = 0
+        conn.prepared_max = 5
+        seen.append(outcome(lambda: conn.execute(query, (1,)).fetchall()))
+    with connect(dsn, autocommit=True) as other:
+        seen.append(outcome(lambda: other.execute(query, (1,)).fetchall()))
+        seen.append(outcome(lambda: [d.name for d in other.execute(query, (1,)).description]))
+    return seen
+
+
 SCENARIOS = {fn.__name__: fn for fn in [
     eviction_sequential_in_transaction,
     eviction_sequential_in_autocommit_transaction,
@@ -269,6 +296,7 @@ SCENARIOS = {fn.__name__: fn for fn in [
     error_on_middle_statement_of_pipeline,
     error_on_last_statement_of_pipeline,
     error_at_commit_in_pipeline,
+    schema_change_drop_column,
 ]}
 
 
