@@ -88,9 +88,9 @@ void GrpcCancelForwarder::NotifySchemaChanged(net::EventLoop& loop) {
       PodStub(address)->async()->AdminCommand(
           &call->context, &call->request, &call->reply, [call, address](grpc::Status status) {
             if (!status.ok() || !call->reply.ok()) {
-              PGFLEET_LOG(kWarning, "schema_notice_failed", "to=", address, " error=",
-                          base::LogQuote(status.ok() ? call->reply.error()
-                                                     : status.error_message()));
+              PGFLEET_LOG(
+                  kWarning, "schema_notice_failed", "to=", address, " error=",
+                  base::LogQuote(status.ok() ? call->reply.error() : status.error_message()));
             }
           });
     }

@@ -18,8 +18,8 @@
 #include "peering/credentials.h"
 #include "peering/fleet_directory.h"
 #include "peering/peer_directory.h"
-#include "pooler/net/event_loop.h"
 #include "pgfleet/peering/v1/peering.grpc.pb.h"
+#include "pooler/net/event_loop.h"
 #include "pooler/pool/cancel_registry.h"
 
 namespace pgfleet::peering {

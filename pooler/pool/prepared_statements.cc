@@ -6,8 +6,8 @@
 #include <array>
 #include <utility>
 
-#include "pooler/base/strings.h"
 #include "pooler/base/check.h"
+#include "pooler/base/strings.h"
 
 namespace pgfleet::pool {
 

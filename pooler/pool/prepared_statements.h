@@ -42,10 +42,10 @@ struct PreparedStatement {
 using StatementPtr = std::shared_ptr<const PreparedStatement>;
 
 struct PreparedCounters {
-  uint64_t prepared = 0;    // client Parse of a named statement
-  uint64_t hits = 0;        // the server already had it: nothing sent
-  uint64_t reprepares = 0;  // injected Parse on a server that lacked it
-  uint64_t evictions = 0;   // Close sent to keep a server under max_prepared_statements
+  uint64_t prepared = 0;        // client Parse of a named statement
+  uint64_t hits = 0;            // the server already had it: nothing sent
+  uint64_t reprepares = 0;      // injected Parse on a server that lacked it
+  uint64_t evictions = 0;       // Close sent to keep a server under max_prepared_statements
   uint64_t schema_changes = 0;  // epochs this worker started (DDL seen, or a stale-plan error)
 };
 

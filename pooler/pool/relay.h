@@ -114,7 +114,8 @@ struct ClientStream {
   // The statements it closed or deallocated last (a few): a Parse of one of them again is
   // analysed afresh (Relay::RewritePrepared).
   void RememberClosed(StatementPtr statement) {
-    if (closed_statements.size() == kClosedRemembered) closed_statements.erase(closed_statements.begin());
+    if (closed_statements.size() == kClosedRemembered)
+      closed_statements.erase(closed_statements.begin());
     closed_statements.push_back(std::move(statement));
   }
   bool TakeClosed(const StatementPtr& statement) {

@@ -114,7 +114,8 @@ Relay::SessionStep Relay::OnSessionMessage(const protocol::StreamDecoder::Piece&
         return SessionStep::kRelay;
       }
       sql::Effects effects;
-      if (sql::MayChangeSession(query)) effects = EffectsToTrack(sql::Classify(query), settings_.statements);
+      if (sql::MayChangeSession(query))
+        effects = EffectsToTrack(sql::Classify(query), settings_.statements);
       if (!effects.empty() && name.empty()) {
         // The unnamed statement (psycopg, pgx and JDBC before they prepare): refused like a
         // Query, by a statement that fails when executed. It takes no parameters: the Binds of
@@ -219,8 +220,6 @@ Relay::SessionStep Relay::ClassifyQuery(std::string_view sql, RelayOutput& to_se
   StageEffects(std::move(effects), rfq_owed_.size() + 1);
   return SessionStep::kRelay;
 }
-
-
 
 std::string Relay::Refusal(const sql::Effects& effects) const {
   if (settings_.session == SessionTracking::kRefuse) {

@@ -77,7 +77,8 @@ ServerConn::ServerConn(net::EventLoop& loop, int fd, Pool* pool, uint64_t id,
   auto epoch = moved.statement_epochs.begin();
   for (size_t i = 0; i < moved.statements.size(); ++i) {
     uint64_t statement_epoch = 0;
-    if (epoch != moved.statement_epochs.end() && epoch->first == i) statement_epoch = (epoch++)->second;
+    if (epoch != moved.statement_epochs.end() && epoch->first == i)
+      statement_epoch = (epoch++)->second;
     relay_.statements().Adopt(statements.InternAt(moved.statements[i], statement_epoch));
   }
   created_at_ = absl::FromUnixMicros(moved.created_at_us);

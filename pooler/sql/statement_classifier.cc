@@ -19,8 +19,8 @@ namespace {
 
 // The first words of the statements that can change a session or the schema (lower case).
 constexpr std::array<std::string_view, 12> kSessionVerbs = {
-    "set",    "reset",  "discard",  "prepare", "deallocate", "declare",
-    "close",  "listen", "unlisten", "create",  "drop",       "alter"};
+    "set",   "reset",  "discard",  "prepare", "deallocate", "declare",
+    "close", "listen", "unlisten", "create",  "drop",       "alter"};
 
 // The first words of the statements that change the schema: whatever they create, alter or drop
 // (a column, a type, a function, a view, a rule) may change how a prepared statement reads.

@@ -18,8 +18,9 @@ namespace pgfleet::sql {
 
 // False when `sql` certainly leaves the session as it was (beyond its transaction) and the schema
 // too: no need to parse it. True when it may not: a SET, RESET, DISCARD, PREPARE, DEALLOCATE,
-// DECLARE, CLOSE, LISTEN, UNLISTEN, CREATE, ALTER or DROP, anything that names an advisory lock function or
-// set_config() or says "temp" (SELECT ... INTO TEMP), and any query of several statements.
+// DECLARE, CLOSE, LISTEN, UNLISTEN, CREATE, ALTER or DROP, anything that names an advisory lock
+// function or set_config() or says "temp" (SELECT ... INTO TEMP), and any query of several
+// statements.
 bool MayChangeSession(std::string_view sql);
 
 struct Classification {

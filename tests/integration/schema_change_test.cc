@@ -100,10 +100,11 @@ class SchemaChangeTest : public IntegrationTest,
   bool ddl_through_pgfleet() const { return std::get<1>(GetParam()); }
 
   std::string Config() const {
-    return absl::StrCat("workers: ", workers(), "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ",
-                        PgServer::Shared().port(),
-                        "}\npool:\n  pool_mode: transaction\n  default_pool_size: 1\n"
-                        "  max_prepared_statements: 100\n");
+    return absl::StrCat(
+        "workers: ", workers(),
+        "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", PgServer::Shared().port(),
+        "}\npool:\n  pool_mode: transaction\n  default_pool_size: 1\n"
+        "  max_prepared_statements: 100\n");
   }
 
   // The scenario's answers directly and through pgfleet (run after it, on a schema set up anew by
@@ -167,9 +168,10 @@ TEST_P(SchemaChangeTest, EnumRecreated) {
         first.Describe("e");
         first.Execute("e", {"sad"});
         Client(route.ddl, log)
-            .Run("DROP TABLE sc_enum; DROP TYPE sc_mood; "
-                 "CREATE TYPE sc_mood AS ENUM ('happy', 'sad', 'ok'); "
-                 "CREATE TABLE sc_enum (m sc_mood); INSERT INTO sc_enum VALUES ('ok')");
+            .Run(
+                "DROP TABLE sc_enum; DROP TYPE sc_mood; "
+                "CREATE TYPE sc_mood AS ENUM ('happy', 'sad', 'ok'); "
+                "CREATE TABLE sc_enum (m sc_mood); INSERT INTO sc_enum VALUES ('ok')");
         first.Execute("e", {"sad"});
         first.Deallocate("e");
         first.Prepare("e", "SELECT m, m::text AS t FROM sc_enum WHERE m <> $1");
@@ -192,8 +194,7 @@ TEST_P(SchemaChangeTest, ParameterTypeChanged) {
         first.Prepare("i", "INSERT INTO sc_type (v) VALUES ($1)");
         first.Describe("i");
         first.Execute("i", {"1"});
-        Client(route.ddl, log)
-            .Run("ALTER TABLE sc_type ALTER COLUMN v TYPE boolean USING v <> 0");
+        Client(route.ddl, log).Run("ALTER TABLE sc_type ALTER COLUMN v TYPE boolean USING v <> 0");
         first.Execute("i", {"true"});
         first.Deallocate("i");
         first.Prepare("i", "INSERT INTO sc_type (v) VALUES ($1)");
@@ -223,7 +224,8 @@ TEST_P(SchemaChangeTest, TemporaryTablesOfOneName) {
 // DDL and a Parse of a text prepared before it, in one transaction: the Parse sees the DDL.
 TEST_P(SchemaChangeTest, ParseAfterDdlInTheSameTransaction) {
   ExpectSameAnswers(
-      "DROP TABLE IF EXISTS sc_tx; CREATE TABLE sc_tx (a int, b int); INSERT INTO sc_tx VALUES (1, 2)",
+      "DROP TABLE IF EXISTS sc_tx; CREATE TABLE sc_tx (a int, b int); INSERT INTO sc_tx VALUES (1, "
+      "2)",
       [](const Route& route, std::vector<std::string>* log) {
         Client other(route.clients, log);
         ASSERT_TRUE(other.ok()) << other.error();
@@ -239,13 +241,13 @@ TEST_P(SchemaChangeTest, ParseAfterDdlInTheSameTransaction) {
       });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    WorkersAndDdlRoute, SchemaChangeTest,
-    ::testing::Combine(::testing::Values(1, 2), ::testing::Bool()),
-    [](const ::testing::TestParamInfo<std::tuple<int, bool>>& info) {
-      return absl::StrCat(std::get<0>(info.param), "Workers",
-                          std::get<1>(info.param) ? "DdlThroughPgfleet" : "DdlDirect");
-    });
+INSTANTIATE_TEST_SUITE_P(WorkersAndDdlRoute, SchemaChangeTest,
+                         ::testing::Combine(::testing::Values(1, 2), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<int, bool>>& info) {
+                           return absl::StrCat(
+                               std::get<0>(info.param), "Workers",
+                               std::get<1>(info.param) ? "DdlThroughPgfleet" : "DdlDirect");
+                         });
 
 class SchemaChangeProtocolTest : public IntegrationTest {};
 

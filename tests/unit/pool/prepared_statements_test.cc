@@ -165,7 +165,8 @@ TEST(StaleStatementErrorTest, OnlyTheErrorsOfAPlanThatNoLongerFitsTheSchema) {
   EXPECT_TRUE(IsStaleStatementError("0A000", "anything, translated", "RevalidateCachedQuery"));
   EXPECT_TRUE(IsStaleStatementError("0A000", "cached plan must not change result type", ""));
   EXPECT_TRUE(IsStaleStatementError("XX000", "cache lookup failed for type 16390", "typeidType"));
-  EXPECT_FALSE(IsStaleStatementError("0A000", "FOR UPDATE is not allowed", "transformLockingClause"));
+  EXPECT_FALSE(
+      IsStaleStatementError("0A000", "FOR UPDATE is not allowed", "transformLockingClause"));
   EXPECT_FALSE(IsStaleStatementError("XX000", "unexpected end of data", ""));
   EXPECT_FALSE(IsStaleStatementError("42703", "column \"b\" does not exist", "errorMissingColumn"));
 }
