@@ -70,20 +70,21 @@ void GrpcCancelForwarder::SendToPod(const protocol::CancelKey& key, const std::s
   Send(PodStub(address), key, /*via_pod_endpoint=*/true, address);
 }
 
+template <typename Request, typename Reply>
+std::shared_ptr<GrpcCancelForwarder::Call<Request, Reply>> GrpcCancelForwarder::NewCall() const {
+  auto call = std::make_shared<Call<Request, Reply>>();
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+  if (credentials_ != nullptr) credentials_->Authorize(&call->context);
+  return call;
+}
+
 void GrpcCancelForwarder::NotifySchemaChanged(net::EventLoop& loop) {
   if (fleet_ == nullptr || schema_notice_due_) return;
   schema_notice_due_ = true;
   loop.RunAfter(kSchemaNoticeDelay, [this] {
     schema_notice_due_ = false;
     for (const auto& address : fleet_->AllOtherPods()) {
-      struct Call {
-        grpc::ClientContext context;
-        v1::AdminCommandRequest request;
-        v1::AdminCommandReply reply;
-      };
-      auto call = std::make_shared<Call>();
-      call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
-      if (credentials_ != nullptr) credentials_->Authorize(&call->context);
+      auto call = NewCall<v1::AdminCommandRequest, v1::AdminCommandReply>();
       call->request.set_command(v1::AdminCommandRequest::COMMAND_SCHEMA_CHANGED);
       PodStub(address)->async()->AdminCommand(
           &call->context, &call->request, &call->reply, [call, address](grpc::Status status) {
@@ -110,14 +111,7 @@ v1::Peering::Stub* GrpcCancelForwarder::PodStub(const std::string& address) {
 
 void GrpcCancelForwarder::Send(v1::Peering::Stub* stub, const protocol::CancelKey& key,
                                bool via_pod_endpoint, std::string to) {
-  struct Call {
-    grpc::ClientContext context;
-    v1::ForwardCancelRequest request;
-    v1::ForwardCancelReply reply;
-  };
-  auto call = std::make_shared<Call>();
-  call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
-  if (credentials_ != nullptr) credentials_->Authorize(&call->context);
+  auto call = NewCall<v1::ForwardCancelRequest, v1::ForwardCancelReply>();
   call->request.mutable_key()->set_pid(key.pid);
   call->request.mutable_key()->set_secret(std::string(key.secret.begin(), key.secret.end()));
   call->request.set_origin_peer_id(own_peer_id_);

@@ -10,6 +10,8 @@
 //     the worker that finds the key acts on it (keys have 47 random bits).
 #pragma once
 
+#include <grpcpp/client_context.h>
+
 #include <memory>
 #include <string>
 
@@ -48,6 +50,16 @@ class GrpcCancelForwarder final : public pool::CancelForwarder {
  private:
   bool SendToSibling(const protocol::CancelKey& key, uint32_t owner);
   void SendToPod(const protocol::CancelKey& key, const std::string& address);
+  // One asynchronous call's state, alive until its callback runs; NewCall sets its deadline and
+  // credentials.
+  template <typename Request, typename Reply>
+  struct Call {
+    grpc::ClientContext context;
+    Request request;
+    Reply reply;
+  };
+  template <typename Request, typename Reply>
+  std::shared_ptr<Call<Request, Reply>> NewCall() const;
   // The channel to another pod's peering endpoint, made on first use and kept.
   v1::Peering::Stub* PodStub(const std::string& address);
   void Send(v1::Peering::Stub* stub, const protocol::CancelKey& key, bool via_pod_endpoint,

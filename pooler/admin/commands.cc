@@ -129,6 +129,7 @@ void AdminActions::Apply(const AdminCommandRequest& request, Done done) {
     }
     case AdminCommandRequest::COMMAND_SCHEMA_CHANGED:
       // The pod's epoch is shared: this worker moves it for its siblings too.
+      PGFLEET_LOG(kInfo, "schema_changed_by_peer");
       registry_.context().statements().OnRemoteSchemaChange();
       done(Ok());
       return;

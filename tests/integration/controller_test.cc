@@ -770,6 +770,50 @@ TEST_F(ControllerTest, WithoutAControllerStaticPeersStillFindTheOwner) {
   EXPECT_EQ(CancelAcrossPods(pg(), *a, *b, 20), 20) << b->Log().substr(0, 4000);
 }
 
+TEST_F(ControllerTest, DdlThroughOnePodMakesTheOtherPodsNextParseFresh) {
+  // Prepared statements are shared by their text within a schema epoch; DDL that pod A sees
+  // starts a new epoch there and, over peering, in pod B, whose server still holds the statement
+  // from before the DDL.
+  ASSERT_EQ(Value(Connect(pg().ConnString()),
+                  "DROP TABLE IF EXISTS sc_pods; CREATE TABLE sc_pods (a int, b int, c int); "
+                  "SELECT 'ready'"),
+            "ready");
+  const int port_a = FreePort();
+  const int port_b = FreePort();
+  auto pod = [&](const std::string& address, int port, const std::string& peer) {
+    return std::make_unique<PgfleetProcess>(
+        absl::StrCat("workers: 1\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+                     "}\npool: {pool_mode: transaction, default_pool_size: 1, "
+                     "max_prepared_statements: 100}\npeering:\n  listen: ",
+                     address, ":", port, "\n", PeeringAuth(), "  static_peers: [", peer, "]\n"),
+        "", "", address);
+  };
+  auto a = pod("127.0.0.2", port_a, absl::StrCat("127.0.0.3:", port_b));
+  auto b = pod("127.0.0.3", port_b, absl::StrCat("127.0.0.2:", port_a));
+  WaitFor([&] { return WorkersReady(*a) >= 1 && WorkersReady(*b) >= 1; });
+  const std::string sql = "SELECT * FROM sc_pods";
+  {
+    auto before = Connect(b->ConnString());
+    ResultPtr prepared(PQprepare(before.get(), "s", sql.c_str(), 0, nullptr));
+    ASSERT_EQ(PQresultStatus(prepared.get()), PGRES_COMMAND_OK) << ErrorOf(before);
+    ResultPtr described(PQdescribePrepared(before.get(), "s"));
+    ASSERT_EQ(PQnfields(described.get()), 3);
+  }
+  ASSERT_EQ(Value(Connect(a->ConnString()), "ALTER TABLE sc_pods DROP COLUMN b; SELECT 'done'"),
+            "done");
+  // Bounded: the notice goes out within 20 ms of the DDL.
+  ASSERT_TRUE(WaitFor([&] {
+    return b->Log().find("event=schema_changed_by_peer") != std::string::npos;
+  })) << a->Log().substr(0, 3000);
+  // One look: a Parse on B answered from its server's old statement would fail with 0A000 here.
+  auto after = Connect(b->ConnString());
+  ResultPtr prepared(PQprepare(after.get(), "s", sql.c_str(), 0, nullptr));
+  ASSERT_EQ(PQresultStatus(prepared.get()), PGRES_COMMAND_OK) << ErrorOf(after);
+  ResultPtr described(PQdescribePrepared(after.get(), "s"));
+  ASSERT_EQ(PQresultStatus(described.get()), PGRES_COMMAND_OK) << ErrorOf(after);
+  EXPECT_EQ(PQnfields(described.get()), 2);
+}
+
 TEST_F(ControllerTest, PeeringAndControllerRefuseCallsWithoutTheToken) {
   auto controller = StartController();
   auto a = StartPod("A", "127.0.0.2", *controller);
