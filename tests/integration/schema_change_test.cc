@@ -283,7 +283,8 @@ TEST_F(SchemaChangeProtocolTest, CloseThenParseAfterAStalePlanErrorSeesTheNewCol
 
 // Randomized: clients prepare, describe, execute, deallocate and prepare again a few texts over
 // two tables while DDL (through pgfleet, by any of them) adds, drops and retypes columns; every
-// answer equals PostgreSQL's to the same steps directly. Fixed seeds, so a failure replays.
+// answer equals PostgreSQL's to the same steps directly. Fixed seeds, so a failure replays; the
+// last with two workers.
 TEST_F(SchemaChangeProtocolTest, RandomDdlInterleavedWithPreparedTrafficAnswersAsPostgres) {
   const std::vector<std::string> texts = {
       "SELECT * FROM sc_r1", "SELECT * FROM sc_r1 WHERE k = $1", "SELECT * FROM sc_r2",
@@ -341,7 +342,15 @@ TEST_F(SchemaChangeProtocolTest, RandomDdlInterleavedWithPreparedTrafficAnswersA
     std::vector<std::string> expected;
     ASSERT_EQ(Value(Connect(pg().ConnString()), setup + "; SELECT 'ready'"), "ready");
     run(pg().ConnString(), seed, &expected);
-    PgfleetProcess fleet(PoolConfig("transaction", 1, "  max_prepared_statements: 100\n"));
+    // Two workers share the pod's one server: it moves between them with its statements.
+    const int workers = seed == 3 ? 2 : 1;
+    PgfleetProcess fleet(absl::StrCat(
+        "workers: ", workers, "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+        "}\npool:\n  pool_mode: transaction\n  default_pool_size: 1\n"
+        "  max_prepared_statements: 100\n"));
+    ASSERT_EQ(WaitFor([&] { return WorkerPids(fleet.pid()).size(); },
+                      [&](size_t n) { return n >= static_cast<size_t>(workers); }),
+              static_cast<size_t>(workers));
     std::vector<std::string> through;
     ASSERT_EQ(Value(Connect(pg().ConnString()), setup + "; SELECT 'ready'"), "ready");
     run(fleet.ConnString(), seed, &through);
