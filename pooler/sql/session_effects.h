@@ -30,7 +30,7 @@ enum class EffectKind : uint8_t {
   kListen,             // LISTEN `name`
   kUnlisten,           // UNLISTEN `name`
   kUnlistenAll,        // UNLISTEN *
-  // CREATE, ALTER or DROP of anything, DISCARD ALL or TEMP, SELECT INTO: statements prepared
+  // CREATE, ALTER or DROP of anything, SELECT INTO: statements prepared
   // before may be analysed differently now (Classification::schema_changes; it leaves the
   // session as it was).
   kSchemaChange,

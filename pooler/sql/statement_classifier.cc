@@ -266,16 +266,11 @@ class Walker {
 
  private:
   static bool ChangesSchema(const pg_query::Node& node, std::string_view text) {
-    switch (node.node_case()) {
-      case pg_query::Node::kDiscardStmt:
-        // Temporary objects go with DISCARD ALL and TEMP.
-        return node.discard_stmt().target() == pg_query::DISCARD_ALL ||
-               node.discard_stmt().target() == pg_query::DISCARD_TEMP;
-      case pg_query::Node::kSelectStmt:
-        return node.select_stmt().has_into_clause();
-      default:
-        break;
-    }
+    // DISCARD ALL or TEMP drops temporary objects, but a statement over them fails alike whoever
+    // prepared it, and whatever creates the next one (CREATE TEMP, SELECT INTO) counts: an
+    // application that DISCARDs on every checkout does not start an epoch each time.
+    if (node.node_case() == pg_query::Node::kSelectStmt)
+      return node.select_stmt().has_into_clause();
     const size_t start = SkipBlanks(text, 0);
     for (std::string_view verb : kSchemaVerbs) {
       if (HasWordAt(text, start, verb) &&

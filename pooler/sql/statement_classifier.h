@@ -26,7 +26,7 @@ bool MayChangeSession(std::string_view sql);
 struct Classification {
   Effects effects;  // in statement order
   // One kSchemaChange for each statement that may change what a prepared statement's analysis
-  // finds (a table's columns, a type): CREATE, ALTER, DROP, DISCARD ALL or TEMP, SELECT INTO.
+  // finds (a table's columns, a type): CREATE, ALTER, DROP, SELECT INTO.
   // Kept apart from `effects`, which are the session's.
   Effects schema_changes;
   // False when PostgreSQL's grammar (as libpg_query knows it) rejects the text: the server will

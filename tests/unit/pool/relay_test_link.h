@@ -33,8 +33,8 @@ inline std::string Parse(std::string_view name, std::string_view sql) {
 }
 // The server-side name pgfleet gives a statement Parse(name, sql) makes: it derives from the Parse
 // tail (query, NUL, no parameter types).
-inline std::string Renamed(std::string_view sql) {
-  return StatementServerName(std::string(sql) + std::string(1, '\0') + I16(0));
+inline std::string Renamed(std::string_view sql, uint64_t epoch = 0) {
+  return StatementServerName(std::string(sql) + std::string(1, '\0') + I16(0), epoch);
 }
 inline std::string Bind(std::string_view statement, std::string_view portal = "") {
   return Build([&](StringSink& s) { protocol::BuildBindText(s, portal, statement, {}); });
@@ -121,10 +121,19 @@ class CountingObserver final : public RelayObserver {
 
 // One client linked to one server's relay; bytes not yet decided wait for the next feed, as in
 // the connections' input buffers.
+// A pin limit that always admits (session tracking needs one).
+class NoPinLimit final : public PinLimit {
+ public:
+  bool MayPin() const override { return true; }
+  int limit() const override { return 0; }
+  void OnPinChanged(bool, uint32_t) override {}
+};
+
 class Link {
  public:
-  explicit Link(bool track_prepared = false, ClientStream* client = nullptr)
-      : tracked_({"search_path"}), settings_(Settings(track_prepared)), relay_(settings_) {
+  explicit Link(bool track_prepared = false, ClientStream* client = nullptr,
+                SessionTracking session = SessionTracking::kOff)
+      : tracked_({"search_path"}), settings_(Settings(track_prepared, session)), relay_(settings_) {
     own_client_.emplace(1u << 30, tracked_.size());
     relay_.Link(client != nullptr ? client : &*own_client_);
   }
@@ -165,8 +174,10 @@ class Link {
   const RelaySettings& settings() const { return settings_; }
 
  private:
-  RelaySettings Settings(bool track_prepared) {
+  RelaySettings Settings(bool track_prepared, SessionTracking session) {
     RelaySettings settings;
+    settings.session = session;
+    settings.pins = &pins_;
     settings.track_prepared = track_prepared;
     settings.max_prepared_statements = 2;
     settings.tracked = &tracked_;
@@ -176,6 +187,7 @@ class Link {
 
   TrackedParamNames tracked_;
   StatementRegistry registry_;
+  NoPinLimit pins_;
   RelaySettings settings_;
   Relay relay_;
   std::optional<ClientStream> own_client_;
