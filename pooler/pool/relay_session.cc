@@ -230,7 +230,13 @@ std::string Relay::Refusal(const sql::Effects& effects) const {
                         "This database or user has session_state: refuse. Use SET LOCAL inside a "
                         "transaction, or session pooling for clients that need session state.");
   }
-  if (!ClientSession::AnyPins(effects) || client_->session.pinned() || settings_.pins == nullptr ||
+  // A pg_try_advisory_lock is never refused: where another session holds the lock PostgreSQL
+  // answers false and nothing pins, and where it takes the lock the pin counts beyond the limit,
+  // as one made inside a transaction does (PinnedServers::OnPinChanged).
+  const bool pins_for_sure = std::any_of(effects.begin(), effects.end(), [](const sql::Effect& e) {
+    return e.pins() && e.kind != sql::EffectKind::kTryAdvisoryLock;
+  });
+  if (!pins_for_sure || client_->session.pinned() || settings_.pins == nullptr ||
       settings_.pins->MayPin()) {
     return "";
   }

@@ -311,6 +311,35 @@ TEST_F(SessionStateTest, ThePinnedServerLimitRefusesWithAnErrorAndTheClientGoesO
   ASSERT_TRUE(WaitForPinned(fleet, 1));
 }
 
+// pg_try_advisory_lock answers as PostgreSQL does whatever the pin limit: false for a lock another
+// client holds (nothing pins), true for a free one (its pin counts beyond the limit).
+TEST_F(SessionStateTest, TryAdvisoryLockIsNeverRefusedByThePinLimit) {
+  PgfleetProcess fleet(Config("  max_pinned_servers: 1\n", 3));
+  auto a = Client(fleet);
+  auto b = Client(fleet);
+  ASSERT_EQ(Value(a, "SELECT pg_advisory_lock(4343)::text"), "");
+  ASSERT_TRUE(WaitForPinned(fleet, 1));
+  ResultPtr held = Exec(b, "SELECT pg_try_advisory_lock(4343)");
+  ASSERT_TRUE(ResultOk(held)) << ErrorOf(b);
+  EXPECT_EQ(std::string(PQgetvalue(held.get(), 0, 0)), "f");
+  const char* key = "4343";
+  ResultPtr extended(PQexecParams(b.get(), "SELECT pg_try_advisory_lock($1::bigint)", 1, nullptr,
+                                  &key, nullptr, nullptr, 0));
+  ASSERT_TRUE(ResultOk(extended)) << ErrorOf(b);
+  EXPECT_EQ(std::string(PQgetvalue(extended.get(), 0, 0)), "f");
+  EXPECT_EQ(PinnedServers(fleet), 1);
+  // A free lock is taken, and its server stays with b.
+  EXPECT_EQ(Value(b, "SELECT pg_try_advisory_lock(4344)"), "t");
+  ASSERT_TRUE(WaitForPinned(fleet, 2));
+  EXPECT_EQ(Value(b,
+                  "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+                  "objid = 4344 AND pid = pg_backend_pid()"),
+            "1");
+  Run(b, "SELECT pg_advisory_unlock_all()");
+  Run(a, "SELECT pg_advisory_unlock_all()");
+  ASSERT_TRUE(WaitForPinned(fleet, 0));
+}
+
 // max_pinned_servers is the pod's: a client on another worker cannot pin a second server.
 TEST_F(SessionStateTest, ThePinnedServerLimitHoldsForThePodAcrossWorkers) {
   PgfleetProcess fleet(Config("  max_pinned_servers: 1\n", 4, 2));
