@@ -23,7 +23,11 @@ absl::StatusOr<std::shared_ptr<const auth::HbaRules>> LoadHbaFor(const config::C
 
 Worker::Worker(WorkerOptions options) : options_(std::move(options)) {}
 
-Worker::~Worker() = default;
+Worker::~Worker() {
+  // The forwarder goes before the registry, whose connections may still settle a schema change
+  // as they close.
+  if (registry_ != nullptr) registry_->context().statements().set_on_schema_change(nullptr);
+}
 
 absl::Status Worker::Init() {
   RETURN_IF_ERROR(loop_.Init());
