@@ -295,6 +295,8 @@ class Relay {
   void OnTryLockRow(std::span<const uint8_t> body);
   void UpdateTryLockWatch();
   void ApplySessionEffect(const sql::Effect& effect);
+  // Schema changes among effects that failed or rolled back start an epoch all the same.
+  void UndoSchemaChanges(const sql::Effects& effects);
 
   // Prepared statements (relay_prepared.cc).
   enum class Rewrite { kPassThrough, kReplace, kNeedMore, kWait, kReject };

@@ -306,12 +306,15 @@ void Relay::OnSessionServerMessage(uint8_t type, std::span<const uint8_t> body) 
       // ROLLBACK (`BEGIN; SET ...; ROLLBACK` in one Query). Later statements of the batch run
       // after it and keep theirs.
       if (!tag.ok() || *tag != "ROLLBACK") break;
+      UndoSchemaChanges(tx_effects_);
       tx_effects_.clear();
       tx_rolled_back_ = false;
       for (StagedEffects& staged : staged_) {
         if (staged.answers_left != 1) continue;  // not the batch being answered
         std::erase_if(staged.effects, [this](const sql::Effect& effect) {
-          return effect.transactional() && effect.statement < statements_answered_;
+          // A schema change stays, to start its epoch when the batch settles (see below).
+          return effect.transactional() && effect.statement < statements_answered_ &&
+                 effect.kind != sql::EffectKind::kSchemaChange;
         });
       }
       break;
@@ -331,7 +334,10 @@ void Relay::SettleSessionEffects() {
   while (!staged_.empty() && staged_.front().answers_left == 0) {
     StagedEffects staged = std::move(staged_.front());
     staged_.pop_front();
-    if (staged.failed) continue;
+    if (staged.failed) {
+      UndoSchemaChanges(staged.effects);
+      continue;
+    }
     for (sql::Effect& effect : staged.effects) {
       if (effect.transactional()) {
         tx_effects_.push_back(std::move(effect));
@@ -346,9 +352,21 @@ void Relay::SettleSessionEffects() {
   if (tx_status_ != 'I') return;
   if (!tx_rolled_back_) {
     for (const sql::Effect& effect : tx_effects_) ApplySessionEffect(effect);
+  } else {
+    UndoSchemaChanges(tx_effects_);
   }
   tx_effects_.clear();
   tx_rolled_back_ = false;
+}
+
+void Relay::UndoSchemaChanges(const sql::Effects& effects) {
+  // DDL that failed or rolled back leaves the schema as it was, but a statement Parsed after it
+  // in its transaction was analysed against the change: it must not be shared from now on.
+  if (settings_.statements == nullptr) return;
+  if (std::any_of(effects.begin(), effects.end(),
+                  [](const sql::Effect& e) { return e.kind == sql::EffectKind::kSchemaChange; })) {
+    settings_.statements->SchemaChanged();
+  }
 }
 
 void Relay::ApplySessionEffect(const sql::Effect& effect) {

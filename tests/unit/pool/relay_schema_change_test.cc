@@ -34,15 +34,26 @@ TEST(RelaySchemaChangeTest, DdlStartsAnEpochWhenSentAndAgainWhenItCommits) {
   EXPECT_EQ(link.registry().epoch(), 2u) << "everyone's Parses see it once committed";
 }
 
-TEST(RelaySchemaChangeTest, RolledBackDdlStartsNoSecondEpoch) {
+TEST(RelaySchemaChangeTest, RolledBackOrFailedDdlStartsAnEpochAtItsEndAllTheSame) {
+  // A Parse after the DDL in its transaction was analysed against it: not to be shared after.
   Link link(/*track_prepared=*/true, nullptr, SessionTracking::kTrack);
   RoundTrip(link, "BEGIN", "BEGIN", 'T');
   RoundTrip(link, "CREATE TABLE t (a int)", "CREATE TABLE", 'T');
-  RoundTrip(link, "ROLLBACK", "ROLLBACK", 'I');
   EXPECT_EQ(link.registry().epoch(), 1u);
+  RoundTrip(link, "ROLLBACK", "ROLLBACK", 'I');
+  EXPECT_EQ(link.registry().epoch(), 2u);
+  // In one Query with its ROLLBACK.
+  link.FromClient(Query("BEGIN; ALTER TABLE t ADD c int; ROLLBACK"));
+  EXPECT_EQ(link.registry().epoch(), 3u);
+  link.FromServer(Complete("BEGIN") + Complete("ALTER TABLE") + Complete("ROLLBACK") + Ready('I'));
+  EXPECT_EQ(link.registry().epoch(), 4u);
+  // Failed in its implicit transaction.
+  link.FromClient(Query("DROP TABLE missing"));
+  link.FromServer(Error() + Ready('I'));
+  EXPECT_EQ(link.registry().epoch(), 6u);
   RoundTrip(link, "SELECT 1", "SELECT 1", 'I');
   RoundTrip(link, "SET search_path = a", "SET", 'I');
-  EXPECT_EQ(link.registry().epoch(), 1u) << "only DDL";
+  EXPECT_EQ(link.registry().epoch(), 6u) << "only DDL";
 }
 
 TEST(RelaySchemaChangeTest, AStalePlanErrorMakesTheNextParseOfTheTextReachTheServer) {
