@@ -1,17 +1,22 @@
 # syntax=docker/dockerfile:1
-# pgfleet runtime image: pgfleet (and pgfleet-controller once it exists) on Debian 12 slim.
+# pgfleet runtime image: pgfleet and pgfleet-controller on Debian 12 slim.
 #
-#   docker build -t pgfleet/pgfleet:0.1.0 .
+#   scripts/build-image.sh                       # podman, from a Debian base made locally
+#   docker build -t pgfleet/pgfleet:0.1.0 .      # where Docker and a registry are at hand
 #
-# The build stage runs the same scripts as CI (scripts/install-deps.sh, scripts/build.sh), so the
-# image holds what CI built and tested. The runtime stage has only the programs, the Debian
-# packages of the shared libraries they link, and a non-root user. No HEALTHCHECK: Kubernetes
-# probes /healthz and /readyz on the metrics port (9127).
+# The build stage runs the same scripts as CI (scripts/install-deps.sh --build-only,
+# scripts/build.sh), so the image holds what CI built and tested. With
+# `--build-arg BINARIES=prebuilt`, the programs are those scripts/build-image.sh --prebuilt DIR put
+# in .image-bin/ (CI's own build, tested just before) and the build stage is skipped. The runtime
+# stage has only the programs, the Debian packages of the shared libraries they link, and a
+# non-root user. No HEALTHCHECK: Kubernetes probes /healthz and /readyz on the metrics port
+# (9127). The same image runs the controller: `--entrypoint pgfleet-controller`.
+ARG BINARIES=build
 
 FROM debian:12 AS build
 WORKDIR /src
 COPY scripts/install-deps.sh scripts/install-deps.sh
-RUN scripts/install-deps.sh
+RUN scripts/install-deps.sh --build-only
 COPY . .
 RUN BUILD_DIR=/tmp/build scripts/build.sh \
  && mkdir -p /out \
@@ -20,6 +25,11 @@ RUN BUILD_DIR=/tmp/build scripts/build.sh \
       if [ -x "$dir$name" ]; then install -m 0755 "$dir$name" /out/; fi; \
     done \
  && ls -l /out
+
+FROM debian:12-slim AS prebuilt
+COPY .image-bin/ /out/
+
+FROM ${BINARIES} AS binaries
 
 FROM debian:12-slim
 ARG DEBIAN_FRONTEND=noninteractive
@@ -41,7 +51,7 @@ RUN groupadd --system --gid 65532 pgfleet \
       --shell /usr/sbin/nologin pgfleet \
  && install -d -o 65532 -g 65532 -m 0750 /run/pgfleet \
  && install -d -m 0755 /etc/pgfleet
-COPY --from=build /out/ /usr/local/bin/
+COPY --from=binaries /out/ /usr/local/bin/
 USER 65532:65532
 ENV TMPDIR=/run/pgfleet
 # 6432: PostgreSQL clients; 9127: /metrics, /healthz, /readyz; 9128: peering; 9130: controller.

@@ -14,6 +14,7 @@
 #   FUZZ_SECONDS=60 scripts/test.sh   # longer fuzzing (default 10 s per target); SKIP_FUZZ=1 skips
 #   SOAK_DURATION=30 scripts/test.sh  # longer soak runs (default 15 s each)
 #   SKIP_SANITIZE=1 scripts/test.sh   # no sanitizer build: the integration tests run in build-test
+#   SKIP_IMAGE=1 scripts/test.sh      # no image build and run (tests/image/run.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,6 +93,12 @@ if [[ -x bench/soak.sh ]]; then
 fi
 if [[ -x tests/helm/run.sh ]]; then
   tests/helm/run.sh || failed=1
+fi
+# The image (Dockerfile, podman from a Debian base made here) with the programs this run built and
+# tested, run against a PostgreSQL of its own: about a minute (tests/image/run.sh). SKIP_IMAGE=1
+# skips it; scripts/build-image.sh alone builds the programs inside the image too.
+if [[ "${SKIP_IMAGE:-0}" != 1 ]]; then
+  PREBUILT="$BUILD_DIR" tests/image/run.sh || failed=1
 fi
 
 if [[ $failed -ne 0 ]]; then
