@@ -45,6 +45,7 @@ struct PodServerCounts::Slot {
   std::atomic<int32_t> share_cap;
   std::atomic<int32_t> share_floor;
   std::atomic<int32_t> shedding;  // servers being closed to get under the share
+  std::atomic<int32_t> paused;    // database keys: PAUSE or KILL is in force (pause_state.h)
 };
 
 // Which layout a region has: bumped on any change to Region or Slot. During a rolling restart
@@ -59,6 +60,7 @@ struct PodServerCounts::Region {
   std::atomic<int64_t> lease_timeout_us;
   std::atomic<int64_t> lease_forget_after_us;
   std::atomic<uint64_t> statement_epoch;
+  std::atomic<int32_t> paused_all;  // PAUSE without a database name is in force
   Slot slots[kKeys];
   std::atomic<int32_t> open[kWorkers][kKeys];
   std::atomic<int32_t> idle[kWorkers][kKeys];
@@ -376,6 +378,33 @@ std::vector<std::string> PodServerCounts::DatabaseNames() const {
 std::atomic<uint64_t>* PodServerCounts::statement_epoch() {
   static std::atomic<uint64_t> unmapped{0};  // only when the region could not be mapped
   return region_ != nullptr ? &region_->statement_epoch : &unmapped;
+}
+
+void PodServerCounts::RecordPause(std::string_view database, bool paused) {
+  if (region_ == nullptr) return;
+  if (database.empty()) {
+    region_->paused_all.store(paused ? 1 : 0);
+    if (paused) return;
+    // RESUME without a name resumes every database.
+    for (Slot& slot : region_->slots) slot.paused.store(0);
+    return;
+  }
+  if (auto key = Intern(DatabaseKeyText(database)); key.has_value()) {
+    region_->slots[*key].paused.store(paused ? 1 : 0);
+  }
+}
+
+PodServerCounts::Paused PodServerCounts::RecordedPauses() const {
+  Paused out;
+  if (region_ == nullptr) return out;
+  out.all = region_->paused_all.load() != 0;
+  for (const Slot& slot : region_->slots) {
+    if (slot.state.load(std::memory_order_acquire) != kReady || slot.length == 0) continue;
+    if (slot.text[0] == 'd' && slot.paused.load() != 0) {
+      out.databases.emplace_back(slot.text + 1, slot.length - 1);
+    }
+  }
+  return out;
 }
 
 }  // namespace pgfleet::budget

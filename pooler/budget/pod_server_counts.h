@@ -138,6 +138,16 @@ class PodServerCounts {
   };
   std::vector<PoolName> PoolNames() const;
 
+  // PAUSE and KILL in force in the pod (`database` empty: every database), recorded by the
+  // workers that apply them, so that a worker that starts or restarts while they are in force
+  // starts paused (pool/pause_state.h).
+  void RecordPause(std::string_view database, bool paused);
+  struct Paused {
+    bool all = false;
+    std::vector<std::string> databases;
+  };
+  Paused RecordedPauses() const;
+
   // The pod's schema epoch for shared prepared statements (pool::StatementRegistry): kept in the
   // pod's region, so that DDL any worker sees makes every worker's next Parse analysed afresh.
   std::atomic<uint64_t>* statement_epoch();

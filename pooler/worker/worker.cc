@@ -59,6 +59,9 @@ absl::Status Worker::Init() {
   }
   if (options_.pod_servers_fd >= 0) {
     RETURN_IF_ERROR(registry_->budget().AttachPod(options_.pod_servers_fd, local_peer_id));
+    // A worker (re)started while PAUSE or KILL is in force starts paused, as its siblings are.
+    registry_->pause_state().AttachPod(&registry_->budget().pod());
+    if (registry_->pause_state().all()) PGFLEET_LOG(kInfo, "admin_paused_at_start", "db=*");
   }
   // DDL that any worker of the pod sees makes every worker's next Parse analysed afresh.
   registry_->context().statements().set_shared_epoch(registry_->budget().pod().statement_epoch());

@@ -1,7 +1,9 @@
 // The admin console (virtual database "pgfleet") through libpq: SHOW answers for every worker of
 // the pod, PAUSE/RESUME around a running pgbench, permissions and errors.
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <set>
@@ -189,6 +191,56 @@ TEST_F(AdminTest, PauseDrainsAndResumeContinuesPgbench) {
   EXPECT_THAT(result, HasSubstr("number of failed transactions: 0 (0.000%)")) << result;
   EXPECT_THAT(result, ::testing::Not(HasSubstr("aborted"))) << result;
   EXPECT_GT(Int(Rows(admin, "SHOW STATS_TOTALS")[0], "xact_count"), before);
+}
+
+// PAUSE is the pod's: a worker that crashes while it is in force comes back paused, so no client
+// of the restarted worker reaches PostgreSQL during a maintenance pause.
+TEST_F(AdminTest, PauseSurvivesAWorkerRestart) {
+  PgfleetProcess fleet(AdminConfig(2, 8));
+  ConnPtr admin = Admin(fleet);
+  ASSERT_EQ(WaitFor([&] { return Rows(admin, "SHOW WORKERS").size(); },
+                    [](size_t n) { return n >= 2; }, std::chrono::seconds(5)),
+            2u);
+  ResultPtr paused = Exec(admin, "PAUSE");
+  ASSERT_EQ(PQresultStatus(paused.get()), PGRES_COMMAND_OK) << PQerrorMessage(admin.get());
+  const std::vector<pid_t> before = WorkerPids(fleet.pid());
+  ASSERT_EQ(before.size(), 2u);
+  kill(before[1], SIGKILL);
+  // The supervisor starts another in its place.
+  ASSERT_TRUE(WaitFor([&] {
+    const std::vector<pid_t> now = WorkerPids(fleet.pid());
+    return now.size() == 2 && now != before;
+  }));
+  EXPECT_TRUE(WaitFor([&] {
+    return fleet.Log().find("event=admin_paused_at_start") != std::string::npos;
+  })) << fleet.Log().substr(0, 4000);
+  admin = Admin(fleet);
+  ASSERT_EQ(WaitFor([&] { return Rows(admin, "SHOW WORKERS").size(); },
+                    [](size_t n) { return n >= 2; }, std::chrono::seconds(5)),
+            2u);
+  // Clients spread over both workers (balance_clients): none gets an answer while paused (a
+  // client waits at its login or at its query, whichever needs a server first).
+  std::atomic<int> answered{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.emplace_back([&] {
+      ConnPtr c = Connect(fleet.ConnString());
+      if (Ok(c) && Value(c, "SELECT 1") == "1") ++answered;
+    });
+  }
+  ASSERT_TRUE(WaitFor([&] { return Int(Rows(admin, "SHOW POOLS")[0], "cl_waiting") == 6; }) ||
+              answered.load() > 0)
+      << "the clients never waited";
+  // A bounded window in which nothing may be answered.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < until) {
+    EXPECT_EQ(answered.load(), 0) << "a query ran while the pod was paused";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ResultPtr resumed = Exec(admin, "RESUME");
+  ASSERT_EQ(PQresultStatus(resumed.get()), PGRES_COMMAND_OK) << PQerrorMessage(admin.get());
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(answered.load(), 6);
 }
 
 TEST_F(AdminTest, NonAdminUserIsRefused) {

@@ -45,6 +45,26 @@ TEST_F(PodServerCountsTest, WorkersAgreeOnKeys) {
   EXPECT_EQ(a_.Intern(std::string(PodServerCounts::kMaxKeyLength + 1, 'x')), std::nullopt);
 }
 
+TEST_F(PodServerCountsTest, PausesRecordedByOneWorkerAreWhatAnotherStartsWith) {
+  EXPECT_FALSE(b_.RecordedPauses().all);
+  a_.RecordPause("app", true);
+  a_.RecordPause("other", true);
+  a_.RecordPause("other", false);
+  auto paused = b_.RecordedPauses();
+  EXPECT_FALSE(paused.all);
+  EXPECT_EQ(paused.databases, std::vector<std::string>{"app"});
+  a_.RecordPause("", true);
+  EXPECT_TRUE(b_.RecordedPauses().all);
+  // RESUME without a name resumes everything.
+  b_.RecordPause("", false);
+  paused = a_.RecordedPauses();
+  EXPECT_FALSE(paused.all);
+  EXPECT_TRUE(paused.databases.empty());
+  // The statement epoch is one for the pod.
+  a_.statement_epoch()->fetch_add(1);
+  EXPECT_EQ(b_.statement_epoch()->load(), 1u);
+}
+
 TEST_F(PodServerCountsTest, ALimitHoldsForThePodAndReservationsAreAllOrNone) {
   const auto pool = *a_.Intern(PodServerCounts::PoolKeyText("app", "alice"));
   const auto db = *a_.Intern(PodServerCounts::DatabaseKeyText("app"));
