@@ -7,29 +7,28 @@
 # The build stage runs the same scripts as CI (scripts/install-deps.sh --build-only,
 # scripts/build.sh), so the image holds what CI built and tested. With
 # `--build-arg BINARIES=prebuilt`, the programs are those scripts/build-image.sh --prebuilt DIR put
-# in .image-bin/ (CI's own build, tested just before) and the build stage is skipped. The runtime
+# in .image-bin/ (CI's own build, tested just before) and nothing is compiled. (An ARG in FROM
+# would choose a stage, but buildah's unused-stage skipping does not follow it.) The runtime
 # stage has only the programs, the Debian packages of the shared libraries they link, and a
 # non-root user. No HEALTHCHECK: Kubernetes probes /healthz and /readyz on the metrics port
 # (9127). The same image runs the controller: `--entrypoint pgfleet-controller`.
-ARG BINARIES=build
-
 FROM debian:12 AS build
+ARG BINARIES=build
 WORKDIR /src
 COPY scripts/install-deps.sh scripts/install-deps.sh
-RUN scripts/install-deps.sh --build-only
+RUN if [ "$BINARIES" = build ]; then scripts/install-deps.sh --build-only; fi
 COPY . .
-RUN BUILD_DIR=/tmp/build scripts/build.sh \
- && mkdir -p /out \
- && for dir in /tmp/build/cmd/*/; do \
-      name=$(basename "$dir"); \
-      if [ -x "$dir$name" ]; then install -m 0755 "$dir$name" /out/; fi; \
-    done \
+RUN mkdir -p /out \
+ && if [ "$BINARIES" = prebuilt ]; then \
+      install -m 0755 .image-bin/* /out/; \
+    else \
+      BUILD_DIR=/tmp/build scripts/build.sh \
+      && for dir in /tmp/build/cmd/*/; do \
+           name=$(basename "$dir"); \
+           if [ -x "$dir$name" ]; then install -m 0755 "$dir$name" /out/; fi; \
+         done; \
+    fi \
  && ls -l /out
-
-FROM debian:12-slim AS prebuilt
-COPY .image-bin/ /out/
-
-FROM ${BINARIES} AS binaries
 
 FROM debian:12-slim
 ARG DEBIAN_FRONTEND=noninteractive
@@ -51,7 +50,7 @@ RUN groupadd --system --gid 65532 pgfleet \
       --shell /usr/sbin/nologin pgfleet \
  && install -d -o 65532 -g 65532 -m 0750 /run/pgfleet \
  && install -d -m 0755 /etc/pgfleet
-COPY --from=binaries /out/ /usr/local/bin/
+COPY --from=build /out/ /usr/local/bin/
 USER 65532:65532
 ENV TMPDIR=/run/pgfleet
 # 6432: PostgreSQL clients; 9127: /metrics, /healthz, /readyz; 9128: peering; 9130: controller.

@@ -291,7 +291,7 @@ done
 
 check "scripts/build.sh: bash syntax" bash -n scripts/build.sh
 check "Dockerfile: the build stage runs scripts/install-deps.sh and scripts/build.sh" \
-  sh -c 'grep -Eq "^RUN scripts/install-deps.sh --build-only" Dockerfile && grep -Eq "^RUN .*scripts/build.sh" Dockerfile'
+  sh -c 'grep -Eq "^RUN .*scripts/install-deps.sh --build-only" Dockerfile && grep -Eq "scripts/build.sh" Dockerfile'
 check "Dockerfile: Debian 12 stages, non-root USER, pgfleet entrypoint, no HEALTHCHECK" \
   sh -c 'grep -qx "FROM debian:12 AS build" Dockerfile && grep -qx "FROM debian:12-slim" Dockerfile &&
          grep -Eq "^USER [1-9][0-9]*(:[0-9]+)?$" Dockerfile && ! grep -q "^HEALTHCHECK" Dockerfile &&
