@@ -381,6 +381,12 @@ def assert_no_prepared_failures(errors):
     assert not bad, f"{len(bad)} prepared statement failure(s), e.g. {bad[:3]}"
 
 
+def assert_same_lines(pooled, direct):
+    """A program's output through pgfleet equals its output on a direct connection."""
+    assert pooled == direct, "through pgfleet:\n" + "\n".join(pooled) + "\ndirect:\n" + \
+        "\n".join(direct)
+
+
 def assert_clean_log(fleet):
     """pgfleet logged no warning or error (a failed hidden re-Parse, a protocol error, ...)."""
     bad = [line for line in fleet.log().splitlines()

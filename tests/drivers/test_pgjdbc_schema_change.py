@@ -7,28 +7,18 @@ output must be the same."""
 
 import subprocess
 
-from conftest import assert_clean_log
+from conftest import assert_clean_log, assert_same_lines
 from test_pgjdbc import HERE, jdbc_classpath  # noqa: F401 - the fixture
-
-JAVA = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
-
-
-def run_java(classpath, port):
-    url = f"jdbc:postgresql://127.0.0.1:{port}/postgres"
-    run = subprocess.run(JAVA + ["-cp", classpath, "JdbcSchemaChange", url],
-                         capture_output=True, text=True, timeout=90)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
-    return run.stdout.splitlines()
+from test_pgjdbc_cache import run_java
 
 
 def test_statements_after_a_schema_change_as_on_a_direct_connection(pg, pgfleet, jdbc_classpath):
     subprocess.run(["javac", "-cp", jdbc_classpath, "-d", jdbc_classpath.split(":")[1],
                     str(HERE / "JdbcSchemaChange.java")], check=True, timeout=120)
     fleet = pgfleet(pool_size=1, pool_extra=", ignore_startup_parameters: [extra_float_digits]")
-    direct = run_java(jdbc_classpath, pg.port)
-    pooled = run_java(jdbc_classpath, fleet.port)
-    assert pooled == direct, "through pgfleet:\n" + "\n".join(pooled) + "\ndirect:\n" + \
-        "\n".join(direct)
+    direct = run_java(jdbc_classpath, pg.port, "JdbcSchemaChange")
+    pooled = run_java(jdbc_classpath, fleet.port, "JdbcSchemaChange")
+    assert_same_lines(pooled, direct)
     assert direct[-1] == "done"
     # After the DROP COLUMN, the second connection's statement has two columns.
     assert "ok a:int4 c:int4 1 2" in direct, direct

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import assert_clean_log
+from conftest import assert_clean_log, assert_same_lines
 from test_pgjdbc import HERE
 
 
@@ -37,8 +37,7 @@ def test_pgx_after_a_schema_change_as_on_a_direct_connection(pg, pgfleet, pgx_pr
     fleet = pgfleet(pool_size=1)
     direct = run(pgx_program, pg.port)
     pooled = run(pgx_program, fleet.port)
-    assert pooled == direct, "through pgfleet:\n" + "\n".join(pooled) + "\ndirect:\n" + \
-        "\n".join(direct)
+    assert_same_lines(pooled, direct)
     assert direct[-1] == "done"
     assert "error 0A000" in direct, direct
     assert "ok a c 1 2" in direct, direct

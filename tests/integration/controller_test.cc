@@ -245,6 +245,22 @@ class ControllerTest : public IntegrationTest {
 
   // The `peering:` keys that authenticate pods and the controller: the token, or with
   // UseTls(), certificates (mTLS) instead.
+  // Two pods without a controller, on 127.0.0.2 and 127.0.0.3, each the other's static peer,
+  // with `workers` workers and the `pool` section's keys (a YAML flow mapping's inside).
+  std::pair<std::unique_ptr<PgfleetProcess>, std::unique_ptr<PgfleetProcess>> StaticPeerPods(
+      int workers, const std::string& pool) {
+    const int port_a = FreePort();
+    const int port_b = FreePort();
+    auto pod = [&](const std::string& address, int port, const std::string& peer) {
+      return std::make_unique<PgfleetProcess>(
+          absl::StrCat("workers: ", workers, "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ",
+                       pg().port(), "}\npool: {", pool, "}\npeering:\n  listen: ", address, ":",
+                       port, "\n", PeeringAuth(), "  static_peers: [", peer, "]\n"),
+          "", "", address);
+    };
+    return {pod("127.0.0.2", port_a, absl::StrCat("127.0.0.3:", port_b)),
+            pod("127.0.0.3", port_b, absl::StrCat("127.0.0.2:", port_a))};
+  }
   std::string PeeringAuth() const {
     if (!tls_) return absl::StrCat("  token_file: ", token_file_, "\n");
     return absl::StrCat("  tls: {cert_file: ", dir_, "/tls.crt, key_file: ", dir_,
@@ -753,18 +769,8 @@ TEST_F(ControllerTest, WithMutualTlsCancelsCrossPodsAndPlaintextPeersAreRefused)
 TEST_F(ControllerTest, WithoutAControllerStaticPeersStillFindTheOwner) {
   // Without a controller every pod's keys carry block 0 and name no pod: a pod that does not
   // find a key offers it, once, to every pod in peering.static_peers.
-  const int port_a = FreePort();
-  const int port_b = FreePort();
-  auto pod = [&](const std::string& address, int port, const std::string& peer) {
-    return std::make_unique<PgfleetProcess>(
-        absl::StrCat("workers: 2\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
-                     "}\npool: {pool_mode: transaction, default_pool_size: 120, "
-                     "cancel_rate_limit: 1000}\npeering:\n  listen: ",
-                     address, ":", port, "\n", PeeringAuth(), "  static_peers: [", peer, "]\n"),
-        "", "", address);
-  };
-  auto a = pod("127.0.0.2", port_a, absl::StrCat("127.0.0.3:", port_b));
-  auto b = pod("127.0.0.3", port_b, absl::StrCat("127.0.0.2:", port_a));
+  auto [a, b] =
+      StaticPeerPods(2, "pool_mode: transaction, default_pool_size: 120, cancel_rate_limit: 1000");
   // The workers bind the peering ports after the client port, then report ready.
   WaitFor([&] { return WorkersReady(*a) >= 2 && WorkersReady(*b) >= 2; });
   EXPECT_EQ(CancelAcrossPods(pg(), *a, *b, 20), 20) << b->Log().substr(0, 4000);
@@ -778,18 +784,8 @@ TEST_F(ControllerTest, DdlThroughOnePodMakesTheOtherPodsNextParseFresh) {
                   "DROP TABLE IF EXISTS sc_pods; CREATE TABLE sc_pods (a int, b int, c int); "
                   "SELECT 'ready'"),
             "ready");
-  const int port_a = FreePort();
-  const int port_b = FreePort();
-  auto pod = [&](const std::string& address, int port, const std::string& peer) {
-    return std::make_unique<PgfleetProcess>(
-        absl::StrCat("workers: 1\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
-                     "}\npool: {pool_mode: transaction, default_pool_size: 1, "
-                     "max_prepared_statements: 100}\npeering:\n  listen: ",
-                     address, ":", port, "\n", PeeringAuth(), "  static_peers: [", peer, "]\n"),
-        "", "", address);
-  };
-  auto a = pod("127.0.0.2", port_a, absl::StrCat("127.0.0.3:", port_b));
-  auto b = pod("127.0.0.3", port_b, absl::StrCat("127.0.0.2:", port_a));
+  auto [a, b] = StaticPeerPods(
+      1, "pool_mode: transaction, default_pool_size: 1, max_prepared_statements: 100");
   WaitFor([&] { return WorkersReady(*a) >= 1 && WorkersReady(*b) >= 1; });
   const std::string sql = "SELECT * FROM sc_pods";
   {
