@@ -4,21 +4,21 @@
 // in force starts paused, as its siblings are. Loop thread only.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
-#include "pooler/budget/pod_server_counts.h"
 
 namespace pgfleet::pool {
 
 class PauseState {
  public:
-  // Takes over the pauses the pod has in force, and records this worker's from now on.
-  void AttachPod(budget::PodServerCounts* pod) {
-    pod_ = pod;
-    const budget::PodServerCounts::Paused recorded = pod_->RecordedPauses();
-    all_ = all_ || recorded.all;
-    databases_.insert(recorded.databases.begin(), recorded.databases.end());
+  // Told of every Pause and Resume from now on (the worker records them in the pod's shared
+  // region, budget::PodServerCounts::RecordPause; a starting worker Pauses what is recorded there
+  // before it sets this).
+  void set_recorder(std::function<void(const std::string& database, bool paused)> record) {
+    record_ = std::move(record);
   }
   // `database` empty = every database.
   void Pause(const std::string& database) {
@@ -27,7 +27,7 @@ class PauseState {
     } else {
       databases_.insert(database);
     }
-    if (pod_ != nullptr) pod_->RecordPause(database, true);
+    if (record_) record_(database, true);
   }
   void Resume(const std::string& database) {
     if (database.empty()) {
@@ -36,7 +36,7 @@ class PauseState {
     } else {
       databases_.erase(database);
     }
-    if (pod_ != nullptr) pod_->RecordPause(database, false);
+    if (record_) record_(database, false);
   }
   // True after PAUSE without a database name (until RESUME without one).
   bool all() const { return all_; }
@@ -45,7 +45,7 @@ class PauseState {
  private:
   bool all_ = false;
   absl::flat_hash_set<std::string> databases_;
-  budget::PodServerCounts* pod_ = nullptr;
+  std::function<void(const std::string&, bool)> record_;
 };
 
 }  // namespace pgfleet::pool

@@ -4,9 +4,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <string>
+
+#include "absl/strings/str_join.h"
 #include "pooler/base/log.h"
 #include "pooler/base/status_macros.h"
+#include "pooler/budget/pod_server_counts.h"
 #include "pooler/net/socket.h"
+#include "pooler/pool/pause_state.h"
 
 namespace pgfleet::worker {
 
@@ -59,9 +64,19 @@ absl::Status Worker::Init() {
   }
   if (options_.pod_servers_fd >= 0) {
     RETURN_IF_ERROR(registry_->budget().AttachPod(options_.pod_servers_fd, local_peer_id));
-    // A worker (re)started while PAUSE or KILL is in force starts paused, as its siblings are.
-    registry_->pause_state().AttachPod(&registry_->budget().pod());
-    if (registry_->pause_state().all()) PGFLEET_LOG(kInfo, "admin_paused_at_start", "db=*");
+    // A worker (re)started while PAUSE or KILL is in force starts paused, as its siblings are,
+    // and records what it is told from now on for the next one.
+    budget::PodServerCounts& pod = registry_->budget().pod();
+    pool::PauseState& pause = registry_->pause_state();
+    const budget::PodServerCounts::Paused recorded = pod.RecordedPauses();
+    if (recorded.all) pause.Pause("");
+    for (const std::string& database : recorded.databases) pause.Pause(database);
+    if (recorded.all || !recorded.databases.empty()) {
+      PGFLEET_LOG(kInfo, "admin_paused_at_start",
+                  "db=", recorded.all ? std::string("*") : absl::StrJoin(recorded.databases, ","));
+    }
+    pause.set_recorder(
+        [&pod](const std::string& database, bool paused) { pod.RecordPause(database, paused); });
   }
   // DDL that any worker of the pod sees makes every worker's next Parse analysed afresh.
   registry_->context().statements().set_shared_epoch(registry_->budget().pod().statement_epoch());

@@ -769,8 +769,11 @@ TEST_F(ControllerTest, WithMutualTlsCancelsCrossPodsAndPlaintextPeersAreRefused)
 TEST_F(ControllerTest, WithoutAControllerStaticPeersStillFindTheOwner) {
   // Without a controller every pod's keys carry block 0 and name no pod: a pod that does not
   // find a key offers it, once, to every pod in peering.static_peers.
-  auto [a, b] =
+  auto pods =
       StaticPeerPods(2, "pool_mode: transaction, default_pool_size: 120, cancel_rate_limit: 1000");
+  // References, not structured bindings: lambdas below capture them (clang 14).
+  auto& a = pods.first;
+  auto& b = pods.second;
   // The workers bind the peering ports after the client port, then report ready.
   WaitFor([&] { return WorkersReady(*a) >= 2 && WorkersReady(*b) >= 2; });
   EXPECT_EQ(CancelAcrossPods(pg(), *a, *b, 20), 20) << b->Log().substr(0, 4000);
@@ -784,8 +787,11 @@ TEST_F(ControllerTest, DdlThroughOnePodMakesTheOtherPodsNextParseFresh) {
                   "DROP TABLE IF EXISTS sc_pods; CREATE TABLE sc_pods (a int, b int, c int); "
                   "SELECT 'ready'"),
             "ready");
-  auto [a, b] = StaticPeerPods(
+  auto pods = StaticPeerPods(
       1, "pool_mode: transaction, default_pool_size: 1, max_prepared_statements: 100");
+  // References, not structured bindings: lambdas below capture them (clang 14).
+  auto& a = pods.first;
+  auto& b = pods.second;
   WaitFor([&] { return WorkersReady(*a) >= 1 && WorkersReady(*b) >= 1; });
   const std::string sql = "SELECT * FROM sc_pods";
   {
