@@ -53,15 +53,9 @@ StatementPtr StatementRegistry::InternAt(std::string_view parse_tail, uint64_t e
       return existing;
     }
   }
-  // Every worker of the pod names the statement of a text in one epoch alike.
-  if (epoch == this->epoch()) return Make(std::string(parse_tail), epoch);
-  // Another epoch's (a server moved in from a sibling has it): it stays the server's, and is
-  // never handed to a Parse (not interned).
-  auto statement = std::make_shared<PreparedStatement>();
-  statement->server_name = StatementServerName(parse_tail, epoch);
-  statement->parse_tail = std::string(parse_tail);
-  statement->epoch = epoch;
-  return statement;
+  // Every worker of the pod names the statement of a text in one epoch alike. Another epoch's (a
+  // server moved in from a sibling has it) stays the server's and is never handed to a Parse.
+  return Make(std::string(parse_tail), epoch, /*intern=*/epoch == this->epoch());
 }
 
 void StatementRegistry::SchemaChanged() {
@@ -72,11 +66,12 @@ void StatementRegistry::SchemaChanged() {
 
 void StatementRegistry::OnRemoteSchemaChange() { epoch_->fetch_add(1, std::memory_order_acq_rel); }
 
-StatementPtr StatementRegistry::Make(std::string key, uint64_t epoch) {
+StatementPtr StatementRegistry::Make(std::string key, uint64_t epoch, bool intern) {
   auto statement = std::make_shared<PreparedStatement>();
   statement->server_name = StatementServerName(key, epoch);
   statement->parse_tail = key;
   statement->epoch = epoch;
+  if (!intern) return statement;
   by_tail_[std::move(key)] = statement;
   // Forget entries nobody holds any more (amortised: every 64 new entries past 64).
   if (by_tail_.size() > 64 && by_tail_.size() % 64 == 0) {

@@ -89,7 +89,8 @@ class StatementRegistry {
   void set_on_schema_change(std::function<void()> notify) { notify_ = std::move(notify); }
 
  private:
-  StatementPtr Make(std::string key, uint64_t epoch);
+  // A new statement; `intern`: the one Parses of its text get from now on.
+  StatementPtr Make(std::string key, uint64_t epoch, bool intern);
 
   absl::flat_hash_map<std::string, std::weak_ptr<const PreparedStatement>> by_tail_;
   PreparedCounters counters_;

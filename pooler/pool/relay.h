@@ -118,9 +118,11 @@ struct ClientStream {
       closed_statements.erase(closed_statements.begin());
     closed_statements.push_back(std::move(statement));
   }
-  bool TakeClosed(const StatementPtr& statement) {
-    if (closed_statements.empty()) return false;
-    return std::erase(closed_statements, statement) > 0;
+  // Whether it closed the statement of this Parse tail in `epoch` (the current one), forgetting it.
+  bool TakeClosed(std::string_view parse_tail, uint64_t epoch) {
+    return std::erase_if(closed_statements, [&](const StatementPtr& closed) {
+             return closed->epoch == epoch && closed->parse_tail == parse_tail;
+           }) > 0;
   }
   static constexpr size_t kClosedRemembered = 8;
   std::vector<StatementPtr> closed_statements;

@@ -186,16 +186,15 @@ Relay::Rewrite Relay::RewritePrepared(const protocol::StreamDecoder::Piece& piec
       if (NameUnsettled(name)) return Rewrite::kWait;
       const auto tail = reader.Rest();
       auto& registry = *settings_.statements;
-      StatementPtr statement = registry.Intern(AsText(tail));
-      ++registry.counters().prepared;
-      if (client_->TakeClosed(statement)) {
+      if (client_->TakeClosed(AsText(tail), registry.epoch())) {
         // The client closed this very statement and Parses its text again (pgx and pgjdbc after
         // an error, psycopg after its cache let it go): PostgreSQL analyses that Parse afresh,
         // which catches what no error told pgfleet (a parameter's type changed around it). The
         // schema may have changed for every text, so a new epoch starts.
         registry.SchemaChanged();
-        statement = registry.Intern(AsText(tail));
       }
+      StatementPtr statement = registry.Intern(AsText(tail));
+      ++registry.counters().prepared;
       auto [it, inserted] = names.try_emplace(std::string(name), statement);
       *skip = piece.header.total_size();
       // Re-preparing a name is refused only for other content; the name says what the content is.

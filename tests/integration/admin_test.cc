@@ -228,17 +228,14 @@ TEST_F(AdminTest, PauseSurvivesAWorkerRestart) {
       if (Ok(c) && Value(c, "SELECT 1") == "1") ++answered;
     });
   }
-  // Until every client waits (SHOW POOLS has no row before a pool exists).
-  ASSERT_TRUE(WaitFor([&] {
+  // Until every client waits in the pod (SHOW POOLS has no row before a pool exists), or one was
+  // answered: a client of a worker that forgot the PAUSE runs at once, and all six never wait.
+  // (EXPECT, not ASSERT: the client threads must be released and joined below either way.)
+  EXPECT_TRUE(WaitFor([&] {
     auto pools = Rows(admin, "SHOW POOLS");
     return answered.load() > 0 || (!pools.empty() && Int(pools[0], "cl_waiting") == 6);
   })) << "the clients never waited";
-  // A bounded window in which nothing may be answered.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
-  while (std::chrono::steady_clock::now() < until) {
-    EXPECT_EQ(answered.load(), 0) << "a query ran while the pod was paused";
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  EXPECT_EQ(answered.load(), 0) << "a query ran while the pod was paused";
   ResultPtr resumed = Exec(admin, "RESUME");
   ASSERT_EQ(PQresultStatus(resumed.get()), PGRES_COMMAND_OK) << PQerrorMessage(admin.get());
   for (auto& t : clients) t.join();

@@ -58,6 +58,13 @@ class Client {
                                values.data(), nullptr, nullptr, 0));
     log_->push_back("execute " + name + ": " + Rows(r));
   }
+  // A driver's first use of a statement: Parse, Describe, then Bind and Execute.
+  void PrepareDescribeExecute(const std::string& name, const std::string& sql,
+                              const std::vector<std::string>& params = {}) {
+    Prepare(name, sql);
+    Describe(name);
+    Execute(name, params);
+  }
   // psycopg's way to drop a statement: DEALLOCATE in SQL.
   void Deallocate(const std::string& name) { Run("DEALLOCATE " + name); }
   void Run(const std::string& sql) {
@@ -139,19 +146,13 @@ TEST_P(SchemaChangeTest, ColumnDropped) {
       [](const Route& route, std::vector<std::string>* log) {
         Client first(route.clients, log);
         ASSERT_TRUE(first.ok()) << first.error();
-        first.Prepare("s", "SELECT * FROM sc_drop");
-        first.Describe("s");
-        first.Execute("s");
+        first.PrepareDescribeExecute("s", "SELECT * FROM sc_drop");
         Client(route.ddl, log).Run("ALTER TABLE sc_drop DROP COLUMN b");
         first.Execute("s");
         first.Deallocate("s");
-        first.Prepare("s", "SELECT * FROM sc_drop");
-        first.Describe("s");
-        first.Execute("s");
+        first.PrepareDescribeExecute("s", "SELECT * FROM sc_drop");
         Client second(route.clients, log);
-        second.Prepare("t", "SELECT * FROM sc_drop");
-        second.Describe("t");
-        second.Execute("t");
+        second.PrepareDescribeExecute("t", "SELECT * FROM sc_drop");
       });
 }
 
@@ -164,9 +165,8 @@ TEST_P(SchemaChangeTest, EnumRecreated) {
       [](const Route& route, std::vector<std::string>* log) {
         Client first(route.clients, log);
         ASSERT_TRUE(first.ok()) << first.error();
-        first.Prepare("e", "SELECT m, m::text AS t FROM sc_enum WHERE m <> $1");
-        first.Describe("e");
-        first.Execute("e", {"sad"});
+        first.PrepareDescribeExecute("e", "SELECT m, m::text AS t FROM sc_enum WHERE m <> $1",
+                                     {"sad"});
         Client(route.ddl, log)
             .Run(
                 "DROP TABLE sc_enum; DROP TYPE sc_mood; "
@@ -174,9 +174,8 @@ TEST_P(SchemaChangeTest, EnumRecreated) {
                 "CREATE TABLE sc_enum (m sc_mood); INSERT INTO sc_enum VALUES ('ok')");
         first.Execute("e", {"sad"});
         first.Deallocate("e");
-        first.Prepare("e", "SELECT m, m::text AS t FROM sc_enum WHERE m <> $1");
-        first.Describe("e");
-        first.Execute("e", {"sad"});
+        first.PrepareDescribeExecute("e", "SELECT m, m::text AS t FROM sc_enum WHERE m <> $1",
+                                     {"sad"});
         Client second(route.clients, log);
         second.Prepare("f", "SELECT m, m::text AS t FROM sc_enum WHERE m <> $1");
         second.Execute("f", {"happy"});
@@ -191,15 +190,11 @@ TEST_P(SchemaChangeTest, ParameterTypeChanged) {
       [](const Route& route, std::vector<std::string>* log) {
         Client first(route.clients, log);
         ASSERT_TRUE(first.ok()) << first.error();
-        first.Prepare("i", "INSERT INTO sc_type (v) VALUES ($1)");
-        first.Describe("i");
-        first.Execute("i", {"1"});
+        first.PrepareDescribeExecute("i", "INSERT INTO sc_type (v) VALUES ($1)", {"1"});
         Client(route.ddl, log).Run("ALTER TABLE sc_type ALTER COLUMN v TYPE boolean USING v <> 0");
         first.Execute("i", {"true"});
         first.Deallocate("i");
-        first.Prepare("i", "INSERT INTO sc_type (v) VALUES ($1)");
-        first.Describe("i");
-        first.Execute("i", {"true"});
+        first.PrepareDescribeExecute("i", "INSERT INTO sc_type (v) VALUES ($1)", {"true"});
         first.Run("SELECT v FROM sc_type ORDER BY v");
       });
 }
@@ -213,9 +208,7 @@ TEST_P(SchemaChangeTest, TemporaryTablesOfOneName) {
       ASSERT_TRUE(client.ok()) << client.error();
       client.Run("BEGIN");
       client.Run("CREATE TEMP TABLE sc_tmp (" + columns + ") ON COMMIT DROP");
-      client.Prepare("q", "SELECT * FROM sc_tmp");
-      client.Describe("q");
-      client.Execute("q");
+      client.PrepareDescribeExecute("q", "SELECT * FROM sc_tmp");
       client.Run("COMMIT");
     }
   });
@@ -234,9 +227,7 @@ TEST_P(SchemaChangeTest, ParseAfterDdlInTheSameTransaction) {
         Client client(route.clients, log);
         client.Run("BEGIN");
         client.Run("ALTER TABLE sc_tx ADD COLUMN c int DEFAULT 3");
-        client.Prepare("n", "SELECT * FROM sc_tx");
-        client.Describe("n");
-        client.Execute("n");
+        client.PrepareDescribeExecute("n", "SELECT * FROM sc_tx");
         client.Run("COMMIT");
       });
 }
