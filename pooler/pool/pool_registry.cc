@@ -147,6 +147,14 @@ void PoolRegistry::OnHandoff(HandoffMessage message, int fd) {
     case HandoffMessage::Kind::kServer:
       break;
   }
+  if (closed_all_) {
+    // Shutting down: this worker's servers are closed, and one adopted now would stay open after
+    // the loop stops (LeakSanitizer caught one a sibling handed over then). Close it and give its
+    // room back to the pod.
+    if (fd >= 0) close(fd);
+    budget_.ReleaseArrived(message.database, message.user);
+    return;
+  }
   if (pool == pools_.end()) {
     // Only a worker whose clients wait for the pool is sent one; after a reload removed the
     // database it may be gone: close the server and give its room back.
