@@ -334,7 +334,7 @@ TEST_F(PreparedTest, PgbenchPreparedModeRunsWithoutErrors) {
   // One thread per client: pgbench prepares synchronously, so a thread blocked in one client's
   // PQprepare (queued for a server) would stall its other clients that hold servers mid-
   // transaction, a deadlock inside pgbench whatever the pooler does.
-  RunCommand(absl::StrCat("pgbench -n -M prepared -c 20 -j 20 -T 30 -h 127.0.0.1 -p ", fleet.port(),
+  RunCommand(absl::StrCat("pgbench -n -M prepared -c 20 -j 20 -T 12 -h 127.0.0.1 -p ", fleet.port(),
                           " -U postgres postgres > ", out_path, " 2>&1; echo exit=$? >> ",
                           out_path));
   std::string out = RunCommandOutput("cat " + out_path);
