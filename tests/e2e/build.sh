@@ -5,7 +5,8 @@
 #     Kubernetes' own build stamps them (clients and the node report v1.34.2, not v0.0.0);
 #   - etcd from go.etcd.io/etcd/server/v3 (tests/e2e/etcd/go.mod);
 #   - CoreDNS with the plugins the cluster uses (tests/e2e/coredns);
-#   - the pause program (Kubernetes' build/pause/linux/pause.c from the same module, static).
+#   - the pause program (Kubernetes' build/pause/linux/pause.c from the same module, static);
+#   - Prometheus with Kubernetes service discovery (tests/e2e/prometheus; Debian's has none).
 # A cold build takes about 20 minutes on 2 cores (Go's build cache makes a rebuild seconds); the
 # cache key is the hash of the go.mod/go.sum files and this script, so a version change rebuilds.
 #
@@ -16,7 +17,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${PGFLEET_E2E_CACHE:-/var/cache/pgfleet-e2e}
 KUBE_VERSION=$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' "$HERE/kube/go.mod")
 [[ -n "$KUBE_VERSION" ]] || { echo "build.sh: no k8s.io/kubernetes version in kube/go.mod" >&2; exit 1; }
-KEY=$(cat "$HERE"/{kube,etcd,coredns}/go.{mod,sum} "$HERE/coredns/main.go" "$0" | sha256sum | cut -c1-12)
+KEY=$(cat "$HERE"/{kube,etcd,coredns,prometheus}/go.{mod,sum} "$HERE/coredns/main.go" "$0" | sha256sum | cut -c1-12)
 BIN="$CACHE/bin-$KEY"
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
 export PATH="$PATH:/usr/local/go/bin"
@@ -55,6 +56,11 @@ if [[ ! -x "$BIN/pause" ]]; then
   log "building pause from $pause_c"
   gcc -Os -static -DVERSION="$KUBE_VERSION" -o "$BIN/pause" "$pause_c"
   strip "$BIN/pause"
+fi
+if [[ ! -x "$BIN/prometheus" ]]; then
+  log "building Prometheus (Kubernetes service discovery only)"
+  (cd "$HERE/prometheus" && nice go build -trimpath -tags remove_all_sd,enable_kubernetes_sd \
+    -ldflags "-s -w" -o "$BIN/prometheus" github.com/prometheus/prometheus/cmd/prometheus)
 fi
 touch "$BIN/.complete"
 log "built in $((SECONDS - start)) s"

@@ -11,8 +11,8 @@ helm on PATH, the images loaded and a PostgreSQL listening on the node address. 
     budgeted database are sampled and never exceed max_db_connections;
   controller: its ServiceAccount has no token and no permissions (it uses no Kubernetes API);
   sidecar: an app chart with the native sidecar; the app's first psql through 127.0.0.1 works;
-    Debian's Prometheus discovers the pod through Kubernetes service discovery, scrapes it and
-    loads the chart's alert rules.
+    Prometheus (built from its module: Debian's 2.42 has no Kubernetes service discovery)
+    discovers the pods through the Kubernetes API, scrapes them and loads the chart's alert rules.
 """
 
 import json
@@ -405,7 +405,8 @@ def sidecar():
     values = os.path.join(WORK, "sidecar.yaml")
     # The app's first act is a query through the sidecar; a failure exits, and the kubelet would
     # restart it (restartCount shows it).
-    app_command = ["sh", "-c", "psql -XAtc 'SELECT 42' && echo FIRST-QUERY-OK && exec sleep 100000"]
+    app_command = ["sh", "-c", "t0=$(date +%s%N); psql -XAtc 'SELECT 42' && "
+                   "echo FIRST-QUERY-OK in $((($(date +%s%N) - t0) / 1000000)) ms && exec sleep 100000"]
     with open(values, "w") as f:
         json.dump({
             "replicaCount": 2,
@@ -430,13 +431,19 @@ def sidecar():
         describe(SIDECAR_NS)
         return
     app_pods = pods(SIDECAR_NS, "app.kubernetes.io/name=sidecar-app")
-    first_ok = all("FIRST-QUERY-OK" in kubectl("-n", SIDECAR_NS, "logs", p["metadata"]["name"],
-                                                "-c", "app", check_rc=False).stdout for p in app_pods)
+    def app_logs():
+        return [kubectl("-n", SIDECAR_NS, "logs", p["metadata"]["name"], "-c", "app",
+                        check_rc=False).stdout for p in app_pods]
+
+    first_ok = wait_until("the apps' first query", 60,
+                          lambda: all("FIRST-QUERY-OK" in text for text in app_logs()))
+    timings = [l for text in app_logs() for l in text.splitlines() if "FIRST-QUERY-OK" in l]
+    app_pods = pods(SIDECAR_NS, "app.kubernetes.io/name=sidecar-app")
     restarts = [s["restartCount"] for p in app_pods for s in p["status"]["containerStatuses"]]
     sidecars = [c for p in app_pods for c in p["spec"].get("initContainers", [])
                 if c.get("restartPolicy") == "Always"]
     check("the app's first query through 127.0.0.1:6432 succeeds (no app restart)",
-          len(app_pods) == 2 and first_ok and restarts == [0, 0], f"restarts {restarts}")
+          len(app_pods) == 2 and first_ok and restarts == [0, 0], f"restarts {restarts}, {timings}")
     check("pgfleet runs as a native sidecar (initContainer, restartPolicy Always)",
           len(sidecars) == 2)
     prometheus_checks(app_pods)

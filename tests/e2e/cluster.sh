@@ -312,6 +312,7 @@ up() {
     --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+    --kubelet-preferred-address-types=InternalIP \
     --profiling=false
   wait_for kube-apiserver 120 kubectl_admin get --raw /readyz
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # pgfleet on a real single-node Kubernetes, end to end (issue 32), as root on Debian 12:
 #   1. installs what it needs (containerd, runc, CNI plugins, iptables, conntrack, podman,
-#      buildah, debootstrap, PostgreSQL, Prometheus: Debian packages; helm: Go module);
-#   2. builds Kubernetes, etcd, CoreDNS and pause (tests/e2e/build.sh; cached: the first run
+#      buildah, debootstrap, PostgreSQL: Debian packages; helm: Go module);
+#   2. builds Kubernetes, etcd, CoreDNS, pause and Prometheus (tests/e2e/build.sh; cached: the first run
 #      takes about 20 minutes more on 2 cores);
 #   3. builds the pgfleet image (scripts/build-image.sh) and a client image with psql/pgbench;
 #   4. starts the cluster (tests/e2e/cluster.sh) and a PostgreSQL on the node;
@@ -24,7 +24,7 @@ say() { printf '== %s (%d s)\n' "$*" $((SECONDS - start)); }
 
 [[ $(id -u) -eq 0 ]] || { echo "run.sh: needs root" >&2; exit 1; }
 packages=(containerd runc containernetworking-plugins iptables conntrack podman buildah
-          debootstrap postgresql postgresql-contrib prometheus python3-psycopg2 curl openssl gcc libc6-dev)
+          debootstrap postgresql postgresql-contrib python3-psycopg2 curl openssl gcc libc6-dev)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -48,10 +48,12 @@ podman save --quiet --format docker-archive -o "$archives/client.tar" "$CLIENT_I
 
 cleanup() {
   local rc=$?
-  if [[ -n "${pg_data:-}" ]]; then
-    runuser -u postgres -- "$PG_BINDIR/pg_ctl" -D "$pg_data" -m fast -w stop >/dev/null 2>&1 || true
+  if [[ "${KEEP:-0}" != 1 ]]; then
+    if [[ -n "${pg_data:-}" ]]; then
+      runuser -u postgres -- "$PG_BINDIR/pg_ctl" -D "$pg_data" -m fast -w stop >/dev/null 2>&1 || true
+    fi
+    tests/e2e/cluster.sh down || true
   fi
-  if [[ "${KEEP:-0}" != 1 ]]; then tests/e2e/cluster.sh down || true; fi
   rm -rf "$archives"
   exit $rc
 }
@@ -79,11 +81,13 @@ EOF
 nsenter --net="/run/netns/$E2E_NETNS" runuser -u postgres -- "$PG_BINDIR/pg_ctl" -D "$pg_data" \
   -l "$STATE/logs/postgres.log" -w -o "-c listen_addresses=127.0.0.1,$E2E_NODE_IP \
   -c unix_socket_directories=$pg_data -c max_connections=100 -c fsync=off" start >/dev/null
+# cluster.sh down ends it with the cluster's own processes (KEEP=1 leaves both up).
+head -1 "$pg_data/postmaster.pid" >"$STATE/pids/postgres.pid"
 psql_node() { tests/e2e/cluster.sh exec psql -h 127.0.0.1 -U postgres -XAtq "$@"; }
 psql_node -c "CREATE ROLE app LOGIN PASSWORD 'app-e2e-password'" -c "CREATE DATABASE app OWNER app"
 tests/e2e/cluster.sh exec env PGPASSWORD=app-e2e-password pgbench -h 127.0.0.1 -U app -i -q app \
   >/dev/null 2>&1
 
 say "running the checks"
-E2E_PG_PORT=5432 E2E_IMAGE=$IMAGE E2E_CLIENT_IMAGE=$CLIENT_IMAGE \
+E2E_PG_PORT=5432 E2E_PROMETHEUS=$BIN/prometheus E2E_IMAGE=$IMAGE E2E_CLIENT_IMAGE=$CLIENT_IMAGE \
   PATH="$BIN:$TOOLS/bin:$PATH" tests/e2e/cluster.sh exec /usr/bin/python3 tests/e2e/checks.py
