@@ -234,11 +234,7 @@ void Pool::ServeWaiting() {
     if (server == nullptr) break;
     Link(clients_[ClientState::kWaiting].front(), server);
   }
-  size_t demand = waiting_count() + auth_query_waiters_.size() + (hub_.wants_server() ? 1 : 0) +
-                  (welcome_known_               ? 0
-                   : welcome_client_count() > 0 ? 1
-                                                : 0);
-  while (demand > login_server_count() + testing_server_count()) {
+  while (servers_wanted() > login_server_count() + testing_server_count()) {
     if (!LaunchServer(ServerBudget::Purpose::kPoolSize)) {
       // No room in the pod: a sibling's idle server serves instead, or frees the budget. (No host
       // to try now: clients wait, Maintain tries again.)
@@ -247,6 +243,11 @@ void Pool::ServeWaiting() {
     }
   }
   OfferIdleServerToSibling();
+}
+
+size_t Pool::servers_wanted() const {
+  return waiting_count() + auth_query_waiters_.size() + (hub_.wants_server() ? 1 : 0) +
+         (!welcome_known_ && welcome_client_count() > 0 ? 1 : 0);
 }
 
 void Pool::ScheduleServeWaiting() {

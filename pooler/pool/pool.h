@@ -160,6 +160,11 @@ class Pool {
   size_t active_client_count() const { return clients_.size(ClientState::kActive); }
   size_t idle_client_count() const { return clients_.size(ClientState::kIdle); }
   size_t welcome_client_count() const { return clients_.size(ClientState::kWelcome); }
+  // Servers this pool's clients wait for: the queue, auth_query lookups, a LISTEN hub without a
+  // server, and one for the first login when no server has told the pool its welcome (startup
+  // parameters) yet. The pool launches servers for them, and the pod reports them as demand to
+  // the controller: a pod whose share is 0 gets room only for demand it reports.
+  size_t servers_wanted() const;
   size_t server_count() const { return servers_.total(); }
   size_t idle_server_count() const { return servers_.size(ServerState::kIdle); }
   size_t active_server_count() const { return servers_.size(ServerState::kActive); }

@@ -164,7 +164,8 @@ int ServerBudget::EnforcePodShares() {
   if (!db_caps_enabled_) return 0;
   const int64_t now_us = NowMicros();
   // This worker's demand per pool of a budgeted database, for the pod's lease: servers in use
-  // and clients waiting.
+  // and the servers its clients wait for (a first login waiting for the welcome counts too:
+  // a pod whose share is 0 would otherwise never report it, and wait for other pods to leave).
   absl::flat_hash_map<std::string, PodServerCounts::Key> databases;
   for (const auto& [name, pool] : pools_) {
     if (pool->db().max_db_connections <= 0) continue;
@@ -174,7 +175,7 @@ int ServerBudget::EnforcePodShares() {
     pod_.SetDemand(keys->pool,
                    static_cast<int>(pool->active_server_count() + pool->login_server_count() +
                                     pool->testing_server_count() + pool->listening_server_count() +
-                                    pool->waiting_count()));
+                                    pool->servers_wanted()));
   }
   over_share_.clear();
   int closed = 0;

@@ -214,7 +214,7 @@ class ControllerTest : public IntegrationTest {
   std::unique_ptr<ControllerProcess> StartController(bool budget = true) {
     return std::make_unique<ControllerProcess>(
         absl::StrCat("databases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
-                     budget ? absl::StrCat(", max_db_connections: ", kBudget) : "", "}\npeering:\n",
+                     budget ? absl::StrCat(", max_db_connections: ", budget_) : "", "}\npeering:\n",
                      PeeringAuth()),
         "  lease_timeout: 1500ms\n  renew_interval: 100ms\n  forget_after: 30s\n");
   }
@@ -228,7 +228,7 @@ class ControllerTest : public IntegrationTest {
     auto pod = std::make_unique<PgfleetProcess>(
         absl::StrCat(
             "workers: ", workers, "\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
-            budget ? absl::StrCat(", max_db_connections: ", kBudget) : "",
+            budget ? absl::StrCat(", max_db_connections: ", budget_) : "",
             ", application_name: ctlpod", name,
             "}\npool:\n  pool_mode: transaction\n  default_pool_size: ", pool_size,
             "\n  shutdown_timeout: 2s\n  query_wait_timeout: 60s\n  cancel_rate_limit: 1000\n",
@@ -286,6 +286,8 @@ class ControllerTest : public IntegrationTest {
   std::string dir_;
   std::string token_file_;
   bool tls_ = false;
+  // max_db_connections of the controller and the pods started after it is set.
+  int budget_ = kBudget;
   std::map<std::string, int> peering_ports_;
 };
 
@@ -564,6 +566,36 @@ TEST_F(ControllerTest, ThePodsLeaseProcessRestartsAndTheWorkersKeepTheirShare) {
   EXPECT_LE(sampler.max_total(), kBudget) << sampler.Describe() << "\n" << controller->Log();
   EXPECT_THAT(a->Log(), HasSubstr("event=pod_lease_died"));
   EXPECT_THAT(controller->Log(), HasSubstr("/pod"));
+}
+
+// A pod that joins when the other pods hold the whole budget gets share 0. Its first client
+// waits, at login, for the pool's first server (the welcome that tells the pool the startup
+// parameters): that wait is demand the controller must see, or the pod gets room only when
+// another pod leaves (in Kubernetes, a sidecar's app waited 13 to 43 s for its first query).
+TEST_F(ControllerTest, APodWhoseShareIsZeroServesItsFirstClientFromIdlePodsRoom) {
+  budget_ = 2;
+  auto controller = StartController();
+  auto a = StartPod("A", "127.0.0.2", *controller);
+  auto b = StartPod("B", "127.0.0.3", *controller);
+  auto c = StartPod("C", "127.0.0.4", *controller);
+  // Idle A and B hold the budget: one each, and C nothing.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return controller->Sample("pgfleet_controller_pods") == 3 &&
+               controller->Sample(
+                   "pgfleet_controller_committed_connections{database=\"postgres\"}") == 2;
+      },
+      std::chrono::seconds(10)))
+      << controller->Log();
+  const auto start = std::chrono::steady_clock::now();
+  ConnPtr conn = Connect(c->ConnString());
+  ASSERT_TRUE(Ok(conn)) << ErrorOf(conn) << c->Log();
+  EXPECT_TRUE(ResultOk(Exec(conn, "SELECT 1"))) << ErrorOf(conn);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // A lease round trip and a lowered share of an idle pod: about a second (the pods' query
+  // wait is 60 s, so the old behaviour would wait far longer).
+  EXPECT_LT(seconds, 5.0) << c->Log() << controller->Log();
 }
 
 // A session opened with the wire protocol, to learn its BackendKeyData (libpq keeps the secret
