@@ -125,12 +125,17 @@ class BackendSampler(threading.Thread):
         self.conn = pg_admin()
 
     def run(self):
-        cur = self.conn.cursor()
         while not self.stop.is_set():
-            cur.execute("SELECT count(*) FROM pg_stat_activity "
-                        "WHERE datname = 'app' AND backend_type = 'client backend'")
-            self.max_seen = max(self.max_seen, cur.fetchone()[0])
-            self.samples += 1
+            try:
+                if self.conn is None:
+                    self.conn = pg_admin()
+                cur = self.conn.cursor()
+                cur.execute("SELECT count(*) FROM pg_stat_activity "
+                            "WHERE datname = 'app' AND backend_type = 'client backend'")
+                self.max_seen = max(self.max_seen, cur.fetchone()[0])
+                self.samples += 1
+            except psycopg2.Error:  # PostgreSQL stopped on purpose (readiness_checks)
+                self.conn = None
             self.stop.wait(0.05)
 
 
@@ -321,7 +326,35 @@ def standalone_scenarios():
           rc == 0 and failed == 0 and processed > 0 and not aborted,
           f"rc {rc}, {processed} transactions, {failed} failed {aborted[:3]}")
 
+    readiness_checks()
     pdb_checks(svc)
+
+
+def readiness_checks():
+    """The readinessProbe (/readyz) as the chart documents it: ready while PostgreSQL answers.
+    With PostgreSQL stopped the pods leave the Service's endpoints; started again, they return."""
+    pg_ctl = [os.environ["E2E_PG_CTL"], "-D", os.environ["E2E_PGDATA"], "-w"]
+
+    def ready_endpoints():
+        slices = kjson("-n", NS, "get", "endpointslices", "-l",
+                       f"kubernetes.io/service-name={RELEASE}-pgfleet")["items"]
+        return sum(1 for sl in slices for e in sl.get("endpoints") or []
+                   if e.get("conditions", {}).get("ready"))
+
+    before = ready_endpoints()
+    run("runuser", "-u", "postgres", "--", *pg_ctl, "-m", "fast", "stop")
+    try:
+        gone = wait_until("the pooler pods to turn unready", 60, lambda: ready_endpoints() == 0)
+    finally:
+        run("runuser", "-u", "postgres", "--", *pg_ctl, "-l",
+            os.environ["E2E_PGDATA"] + "/restart.log", "start")
+        with open(os.environ["E2E_PGDATA"] + "/postmaster.pid") as f:
+            pid = f.readline().strip()
+        with open(os.environ["E2E_PGDATA"] + "/../pids/postgres.pid", "w") as f:
+            f.write(pid + "\n")
+    back = wait_until("the pooler pods to be ready again", 60, lambda: ready_endpoints() == before)
+    check("readiness: PostgreSQL stopped takes the pods out of the Service, started brings them back",
+          before == 2 and gone and back, f"{before} ready endpoints before")
 
 
 def pod_metric(pod, name):

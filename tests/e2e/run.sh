@@ -78,9 +78,14 @@ cat >>"$pg_data/pg_hba.conf" <<EOF
 host all all 10.244.0.0/16 scram-sha-256
 host all all $E2E_NODE_IP/32 scram-sha-256
 EOF
+cat >>"$pg_data/postgresql.conf" <<EOF
+listen_addresses = '127.0.0.1,$E2E_NODE_IP'
+unix_socket_directories = '$pg_data'
+max_connections = 100
+fsync = off
+EOF
 nsenter --net="/run/netns/$E2E_NETNS" runuser -u postgres -- "$PG_BINDIR/pg_ctl" -D "$pg_data" \
-  -l "$STATE/logs/postgres.log" -w -o "-c listen_addresses=127.0.0.1,$E2E_NODE_IP \
-  -c unix_socket_directories=$pg_data -c max_connections=100 -c fsync=off" start >/dev/null
+  -l "$STATE/logs/postgres.log" -w start >/dev/null
 # cluster.sh down ends it with the cluster's own processes (KEEP=1 leaves both up).
 head -1 "$pg_data/postmaster.pid" >"$STATE/pids/postgres.pid"
 psql_node() { tests/e2e/cluster.sh exec psql -h 127.0.0.1 -U postgres -XAtq "$@"; }
@@ -89,5 +94,5 @@ tests/e2e/cluster.sh exec env PGPASSWORD=app-e2e-password pgbench -h 127.0.0.1 -
   >/dev/null 2>&1
 
 say "running the checks"
-E2E_PG_PORT=5432 E2E_PROMETHEUS=$BIN/prometheus E2E_IMAGE=$IMAGE E2E_CLIENT_IMAGE=$CLIENT_IMAGE \
+E2E_PG_PORT=5432 E2E_PGDATA=$pg_data E2E_PG_CTL=$PG_BINDIR/pg_ctl E2E_PROMETHEUS=$BIN/prometheus E2E_IMAGE=$IMAGE E2E_CLIENT_IMAGE=$CLIENT_IMAGE \
   PATH="$BIN:$TOOLS/bin:$PATH" tests/e2e/cluster.sh exec /usr/bin/python3 tests/e2e/checks.py
