@@ -88,7 +88,7 @@ void Console::Reply(uint64_t client_id, const std::string& bytes, bool close_aft
   sink.Append(bytes);
   protocol::BuildReadyForQuery(sink, 'I');
   const std::string& out = sink.bytes();
-  if (!client->SendBytes({reinterpret_cast<const uint8_t*>(out.data()), out.size()})) {
+  if (!client->SendBytes(base::AsBytes(out))) {
     sessions_.erase(client_id);
     client->Close("write to admin client failed");
     return;

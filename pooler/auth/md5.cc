@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "pooler/auth/secret.h"
 #include "pooler/base/check.h"
+#include "pooler/base/strings.h"
 
 namespace pgfleet::auth {
 namespace {
@@ -50,7 +51,7 @@ std::string Md5SaltedResponse(std::string_view md5_hash, std::span<const uint8_t
   // Tolerate a hash without its "md5" prefix: the salted step hashes only the hex part.
   std::string_view hex = md5_hash;
   if (hex.starts_with(kMd5Prefix)) hex.remove_prefix(kMd5Prefix.size());
-  std::string_view salt_bytes(reinterpret_cast<const char*>(salt.data()), salt.size());
+  std::string_view salt_bytes(base::AsText(salt));
   return absl::StrCat(Av(kMd5Prefix), Md5Hex(hex, salt_bytes));
 }
 

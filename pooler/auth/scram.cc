@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "pooler/auth/scram_internal.h"
 #include "pooler/base/check.h"
+#include "pooler/base/strings.h"
 
 namespace pgfleet::auth {
 namespace internal {
@@ -353,8 +354,7 @@ absl::StatusOr<std::string> ScramServerExchange::HandleClientFinal(std::string_v
   // The GS2 header sent in client-first, then (with -PLUS) our certificate's hash.
   std::string expected_binding = gs2_header_;
   if (binding_in_use_) expected_binding.append(channel_binding_->begin(), channel_binding_->end());
-  if (std::string_view(reinterpret_cast<const char*>(binding_bytes->data()),
-                       binding_bytes->size()) != expected_binding) {
+  if (base::AsText(*binding_bytes) != expected_binding) {
     return binding_in_use_ ? absl::PermissionDeniedError("SCRAM channel binding check failed")
                            : Malformed("c= does not match the GS2 header");
   }

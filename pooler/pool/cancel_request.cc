@@ -4,6 +4,7 @@
 #include <sys/epoll.h>
 
 #include "pooler/base/log.h"
+#include "pooler/base/strings.h"
 #include "pooler/net/socket.h"
 #include "pooler/pool/cancel_handler.h"
 #include "pooler/pool/server_conn.h"
@@ -50,7 +51,7 @@ void CancelRequestConn::OnIoEvent(uint32_t events) {
     }
     sent_ = true;
     const auto& bytes = sink.bytes();
-    if (!Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})) {
+    if (!Send(base::AsBytes(bytes))) {
       return Finish("write failed");
     }
     ++handler_->counters().cancels_sent;

@@ -157,7 +157,7 @@ void ClientConn::HandleAdminData() {
       return;
     }
     const protocol::FrameHeader header = message.header;
-    std::string body(reinterpret_cast<const char*>(message.body().data()), message.body().size());
+    std::string body(base::AsText(message.body()));
     in_.Consume(header.total_size());
     if (header.type == 'X') {
       Close("client close request");

@@ -14,9 +14,7 @@
 namespace pgfleet::pool {
 namespace {
 
-std::string_view AsString(std::span<const uint8_t> data) {
-  return {reinterpret_cast<const char*>(data.data()), data.size()};
-}
+std::string_view AsString(std::span<const uint8_t> data) { return base::AsText(data); }
 
 PasswordVerdict ProtocolError(std::string_view message) {
   PasswordVerdict verdict;

@@ -75,8 +75,7 @@ std::string Encode(const HandoffMessage& message, bool with_statements) {
   if (message.kind == HandoffMessage::Kind::kServer) {
     const ServerHandoff& s = message.server;
     w.U32(s.backend_pid);
-    w.Str(std::string_view(reinterpret_cast<const char*>(s.backend_secret.data()),
-                           s.backend_secret.size()));
+    w.Str(base::AsText(s.backend_secret));
     w.I64(s.created_at_us);
     w.I64(s.last_used_at_us);
     w.Str(s.host);
@@ -113,8 +112,7 @@ absl::Status Malformed(std::string_view what) {
 // The decoder's cursor: protocol::Reader plus the unsigned and string reads of this format.
 class Cursor {
  public:
-  explicit Cursor(std::string_view bytes)
-      : reader_(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())) {}
+  explicit Cursor(std::string_view bytes) : reader_(base::AsBytes(bytes)) {}
 
   size_t remaining() const { return reader_.remaining(); }
   [[nodiscard]] bool Byte(uint8_t* out) { return reader_.ReadByte(out); }
@@ -137,7 +135,7 @@ class Cursor {
   [[nodiscard]] bool Str(std::string* out) {
     std::span<const uint8_t> bytes;
     if (!Bytes(&bytes)) return false;
-    out->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    out->assign(base::AsText(bytes));
     return true;
   }
   // A list's count, rejected when its elements (each at least min_element_bytes) cannot fit in

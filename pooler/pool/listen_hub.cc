@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "pooler/base/strings.h"
 #include "pooler/pool/relay.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/reader.h"
@@ -151,7 +152,7 @@ size_t NotificationQueue::Push(std::span<const uint8_t> message) {
     messages_.pop_front();
     ++dropped;
   }
-  messages_.emplace_back(reinterpret_cast<const char*>(message.data()), message.size());
+  messages_.emplace_back(base::AsText(message));
   bytes_ += message.size();
   return dropped;
 }
@@ -300,7 +301,7 @@ void ListenHub::OnServerMessage(uint8_t type, std::span<const uint8_t> body) {
       break;
     case 'E':
       if (!commands_.empty()) {
-        commands_.front().error.assign(reinterpret_cast<const char*>(body.data()), body.size());
+        commands_.front().error.assign(base::AsText(body));
       }
       break;
     case 'Z':
@@ -326,9 +327,7 @@ void ListenHub::OnReady() {
   if (!command.error.empty()) {
     // The server refused the LISTEN (an invalid name, too long): each waiting client gets the
     // error as PostgreSQL would have answered it, and listens on nothing new.
-    protocol::BuildMessage(
-        answer, 'E',
-        {reinterpret_cast<const uint8_t*>(command.error.data()), command.error.size()});
+    protocol::BuildMessage(answer, 'E', base::AsBytes(command.error));
     protocol::BuildReadyForQuery(answer, 'I');
     channel.listen_seq = 0;
     if (!channel.used()) channels_.erase(it);
@@ -365,7 +364,7 @@ void ListenHub::Deliver(std::span<const uint8_t> body) {
   protocol::BuildMessage(message, 'A', body);
   const std::string channel_name(name);
   const auto& bytes = message.bytes();
-  const std::span<const uint8_t> span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  const std::span<const uint8_t> span(base::AsBytes(bytes));
   std::vector<NotificationListener*> listeners(it->second.listeners.begin(),
                                                it->second.listeners.end());
   for (NotificationListener* listener : listeners) {

@@ -38,8 +38,7 @@ void Pool::SettleHub() {
     hub_wait_started_ = absl::InfinitePast();
   }
   for (auto& [listener, answer] : hub_.TakeAnswers()) {
-    static_cast<ClientConn*>(listener)->OnListenAnswered(
-        {reinterpret_cast<const uint8_t*>(answer.data()), answer.size()});
+    static_cast<ClientConn*>(listener)->OnListenAnswered(base::AsBytes(answer));
   }
 }
 

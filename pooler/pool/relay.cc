@@ -85,7 +85,7 @@ FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
       }
       if (rewrite == Rewrite::kReplace && !scratch_.bytes().empty()) {
         const auto& bytes = scratch_.bytes();
-        to_server.Insert({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+        to_server.Insert(base::AsBytes(bytes));
         inserted = true;
       }
     }
@@ -197,8 +197,7 @@ void Relay::EmitReadyAnswers(RelayOutput& to_client) {
   if (!replacement_.empty()) {
     // In the place of the server's message, which it hid.
     if (client_ != nullptr) {
-      to_client.Insert(
-          {reinterpret_cast<const uint8_t*>(replacement_.data()), replacement_.size()});
+      to_client.Insert(base::AsBytes(replacement_));
     }
     replacement_.clear();
   }
@@ -208,7 +207,7 @@ void Relay::EmitReadyAnswers(RelayOutput& to_client) {
   // so the server's own answers behind them are matched with what they answer.
   if (!TakeReadyAnswers(scratch_) || client_ == nullptr) return;
   const auto& bytes = scratch_.bytes();
-  to_client.Insert({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  to_client.Insert(base::AsBytes(bytes));
 }
 
 bool Relay::TakeReadyAnswers(protocol::ByteSink& to_client) {
@@ -600,10 +599,8 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
       }
       if (!replacement_.empty()) {
         // Counted as the error the client gets.
-        fields = protocol::ParseErrorFields(
-            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(replacement_.data()),
-                                     replacement_.size())
-                .subspan(protocol::kHeaderSize));
+        fields =
+            protocol::ParseErrorFields(base::AsBytes(replacement_).subspan(protocol::kHeaderSize));
       }
       observer.OnServerError(fields.ok() ? fields->sqlstate : std::string_view());
       if (!staged_.empty()) OnSessionServerMessage(type, body);

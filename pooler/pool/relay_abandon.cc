@@ -1,5 +1,6 @@
 // The relay's side of a client that went away mid-query: ending its unfinished work on the server
 // and telling when the server is clean again (docs/architecture.md, "Abandoned queries").
+#include "pooler/base/strings.h"
 #include "pooler/pool/relay.h"
 #include "pooler/protocol/builders.h"
 
@@ -52,8 +53,7 @@ bool Relay::Abandon(absl::Time now, protocol::ByteSink& to_server) {
   }
   if (needs_sync) protocol::BuildSync(ending);
   if (!ending.bytes().empty()) {
-    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(ending.bytes().data()),
-                                         ending.bytes().size());
+    const std::span<const uint8_t> bytes(base::AsBytes(ending.bytes()));
     SinkOutput out(bytes, to_server);
     protocol::StringSink nobody;
     // Accounted exactly as if the client had sent them: what they are owed, in order.

@@ -124,7 +124,7 @@ Relay::SessionStep Relay::OnSessionMessage(const protocol::StreamDecoder::Piece&
           scratch_.mutable_bytes().clear();
           protocol::BuildParse(scratch_, "", refusal, {});
           const auto& bytes = scratch_.bytes();
-          to_server.Insert({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+          to_server.Insert(base::AsBytes(bytes));
           client.statement_effects.erase(std::string());
           client.unnamed_refused = true;
           return SessionStep::kRefused;
@@ -165,14 +165,12 @@ Relay::SessionStep Relay::OnSessionMessage(const protocol::StreamDecoder::Piece&
         protocol::StringSink body;
         body.Append(portal);
         body.Append(std::string_view("\0\0\0\0\0\0", 6));  // statement "", 0 formats, 0 params
-        body.Append(std::string_view(reinterpret_cast<const char*>(result_formats.data()),
-                                     result_formats.size()));
+        body.Append(base::AsText(result_formats));
         scratch_.mutable_bytes().clear();
         const auto& b = body.bytes();
-        protocol::BuildMessage(scratch_, 'B',
-                               {reinterpret_cast<const uint8_t*>(b.data()), b.size()});
+        protocol::BuildMessage(scratch_, 'B', base::AsBytes(b));
         const auto& bytes = scratch_.bytes();
-        to_server.Insert({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+        to_server.Insert(base::AsBytes(bytes));
         return SessionStep::kRefused;
       }
       if (portal.empty()) {
@@ -214,7 +212,7 @@ Relay::SessionStep Relay::ClassifyQuery(std::string_view sql, RelayOutput& to_se
     scratch_.mutable_bytes().clear();
     protocol::BuildQuery(scratch_, refusal);
     const auto& bytes = scratch_.bytes();
-    to_server.Insert({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+    to_server.Insert(base::AsBytes(bytes));
     return SessionStep::kRefused;
   }
   StageEffects(std::move(effects), rfq_owed_.size() + 1);

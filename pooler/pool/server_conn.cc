@@ -143,7 +143,7 @@ void ServerConn::CancelFinished() {
 
 bool ServerConn::SendSink(const protocol::StringSink& sink) {
   const auto& bytes = sink.bytes();
-  return Send({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  return Send(base::AsBytes(bytes));
 }
 
 bool ServerConn::SendHiddenQuery(std::string_view sql) {
@@ -358,8 +358,7 @@ void ServerConn::ApplyLoginVerdict(const LoginVerdict& verdict) {
   }
   ++pool_->context().counters().server_login_failures;
   const auto& bytes = verdict.to_clients.bytes();
-  pool_->OnServerLoginFailed(this, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
-                             verdict.fatal_for_clients);
+  pool_->OnServerLoginFailed(this, base::AsBytes(bytes), verdict.fatal_for_clients);
   Close("login failed");
 }
 
@@ -377,7 +376,7 @@ void ServerConn::OnAuthQueryMessage(uint8_t type, std::span<const uint8_t> body)
     }
     auth_query_found_ = true;
     if (len >= 0 && r.ReadBytes(static_cast<size_t>(len), &value)) {
-      auth_query_secret_.assign(reinterpret_cast<const char*>(value.data()), value.size());
+      auth_query_secret_.assign(base::AsText(value));
     }
   } else if (type == 'E') {
     auto fields = protocol::ParseErrorFields(body);

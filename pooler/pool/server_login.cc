@@ -15,9 +15,7 @@
 namespace pgfleet::pool {
 namespace {
 
-std::string_view AsString(std::span<const uint8_t> data) {
-  return {reinterpret_cast<const char*>(data.data()), data.size()};
-}
+std::string_view AsString(std::span<const uint8_t> data) { return base::AsText(data); }
 
 LoginVerdict CloseVerdict(std::string reason) {
   LoginVerdict verdict;

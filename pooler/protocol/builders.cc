@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "pooler/base/strings.h"
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/reader.h"
 
@@ -43,7 +44,7 @@ class Message {
     return *this;
   }
   Message& Raw(std::span<const uint8_t> s) {
-    bytes_.append(reinterpret_cast<const char*>(s.data()), s.size());
+    bytes_.append(base::AsText(s));
     return *this;
   }
   void Finish(ByteSink& sink) { FinishBefore(sink, 0); }

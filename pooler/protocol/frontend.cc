@@ -1,6 +1,7 @@
 // Frontend message body parsers.
 #include "pooler/protocol/frontend.h"
 
+#include "pooler/base/strings.h"
 #include "pooler/protocol/reader.h"
 
 namespace pgfleet::protocol {
@@ -27,7 +28,7 @@ absl::StatusOr<SaslInitialResponseView> ParseSaslInitialResponse(std::span<const
       !r.empty()) {
     return absl::InvalidArgumentError("malformed SASLInitialResponse message");
   }
-  out.data = std::string_view(reinterpret_cast<const char*>(data.data()), data.size());
+  out.data = base::AsText(data);
   return out;
 }
 
