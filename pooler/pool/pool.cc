@@ -250,6 +250,26 @@ size_t Pool::servers_wanted() const {
          (!welcome_known_ && welcome_client_count() > 0 ? 1 : 0);
 }
 
+// PostgreSQL reports a parameter that changes without a query (in_hot_standby after a promotion)
+// only with a session's next ReadyForQuery. A pool that nobody uses would go on welcoming clients
+// with the old value: libpq's target_session_attrs=read-write then refuses a promoted primary
+// ("session is read-only") for as long as nothing else runs a query there. So the janitor asks one
+// idle server (the check query) when the pool has had no traffic for a while; traffic brings the
+// reports by itself.
+void Pool::RefreshWelcome(absl::Time now) {
+  constexpr absl::Duration kWelcomeRefresh = absl::Seconds(2);
+  const auto& pc = context_.config().pool;
+  if (!welcome_known_ || welcome_prober_ != nullptr || pc.server_check_query == "-") return;
+  if (now - welcome_refreshed_at_ < kWelcomeRefresh || active_server_count() > 0) return;
+  ServerConn* server = servers_[ServerState::kIdle].front();  // the most recently used
+  if (server == nullptr || now - server->last_used_at() < kWelcomeRefresh) return;
+  welcome_refreshed_at_ = now;
+  welcome_prober_ = server;
+  welcome_prober_last_used_ = server->last_used_at();
+  MoveServer(server, ServerState::kTesting);
+  if (!server->SendHiddenQuery(pc.server_check_query)) server->Close("server check failed");
+}
+
 void Pool::ScheduleServeWaiting() {
   if (serve_scheduled_) return;
   serve_scheduled_ = true;
@@ -512,7 +532,12 @@ void Pool::RetireHost(const config::HostAddress& address, std::string_view reaso
 }
 
 void Pool::MakeIdle(ServerConn* server) {
-  server->touch(context_.loop().now());
+  if (server == welcome_prober_) {
+    welcome_prober_ = nullptr;
+    server->touch(welcome_prober_last_used_);
+  } else {
+    server->touch(context_.loop().now());
+  }
   if (server->close_on_release()) {
     server->Close("closed on release");
     return;
@@ -621,6 +646,7 @@ void Pool::LeaveQueue(ClientConn* client) {
 }
 
 void Pool::RemoveServer(ServerConn* server) {
+  if (server == welcome_prober_) welcome_prober_ = nullptr;
   const ServerState old_state = server->state();
   ClientConn* client = server->client();
   if (client != nullptr) {
@@ -731,6 +757,7 @@ void Pool::Maintain(absl::Time now) {
   }
   expired.clear();
   ExpireHubWaiters(now);
+  RefreshWelcome(now);
   // Idle clients.
   if (pc.client_idle_timeout > absl::ZeroDuration()) {
     for (ClientConn* c : clients_.In({ClientState::kIdle})) {

@@ -244,6 +244,8 @@ class Pool {
   // The hub waited query_wait_timeout for a server: the clients whose LISTEN waits get the
   // queued clients' FATAL.
   void ExpireHubWaiters(absl::Time now);
+  // Keeps the welcome true while nothing runs: see Pool::RefreshWelcome.
+  void RefreshWelcome(absl::Time now);
   // ServeWaiting once the current event batch is done (see ReleaseServer).
   void ScheduleServeWaiting();
   // Opens a server if limits allow; `extra` allows the reserve pool.
@@ -300,6 +302,11 @@ class Pool {
   absl::Time hub_wait_started_ = absl::InfinitePast();  // since when the hub wants a server
 
   bool welcome_known_ = false;
+  // RefreshWelcome: when it last asked a server, and the server asking now with the time it was
+  // last used (restored when it is idle again, so idle timeouts count from its last real use).
+  absl::Time welcome_refreshed_at_ = absl::InfinitePast();
+  ServerConn* welcome_prober_ = nullptr;
+  absl::Time welcome_prober_last_used_;
   std::vector<std::pair<std::string, std::string>> welcome_params_;
   ParamSet server_defaults_;
 

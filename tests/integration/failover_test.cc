@@ -217,5 +217,39 @@ TEST_F(FailoverTest, APromotedStandbyLeavesAStandbyEntry) {
   EXPECT_THAT(ErrorOf(ro), HasSubstr("query_wait_timeout")) << fleet.Log();
 }
 
+// A standby behind an idle pool is promoted. PostgreSQL reports in_hot_standby only with a
+// session's next ReadyForQuery, and nothing runs there; the janitor asks an idle server, so a
+// client that wants a read-write session gets in within seconds (libpq judges the welcome's
+// in_hot_standby; before, it said "session is read-only" until some client ran a query).
+TEST_F(FailoverTest, APromotionBehindAnIdlePoolReachesTheWelcomeWithoutTraffic) {
+  PgfleetProcess fleet(absl::StrCat(
+      "workers: 1\ndatabases:\n  solo: {host: 127.0.0.1, port: ", standby_->port(),
+      ", dbname: postgres}\n", "pool:\n  pool_mode: transaction\n  default_pool_size: 2\n"));
+  {
+    auto c = Connect(fleet.ConnString("postgres", "solo"));
+    ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+    ASSERT_EQ(Value(c, "SELECT pg_is_in_recovery()::text"), "true");
+  }
+  const std::string read_write =
+      fleet.ConnString("postgres", "solo") + " target_session_attrs=read-write";
+  {
+    auto refused = Connect(read_write);
+    ASSERT_FALSE(Ok(refused)) << "a standby's welcome must not pass for read-write";
+  }
+  standby_->Promote();
+  std::string last_error;
+  const bool got_in = WaitFor(
+      [&] {
+        auto c = Connect(read_write);
+        if (!Ok(c)) {
+          last_error = ErrorOf(c);
+          return false;
+        }
+        return Value(c, "SELECT pg_is_in_recovery()::text") == "false";
+      },
+      std::chrono::seconds(10));
+  EXPECT_TRUE(got_in) << last_error << fleet.Log();
+}
+
 }  // namespace
 }  // namespace pgfleet::testing
