@@ -259,7 +259,8 @@ def standalone_scenarios():
           any(l.startswith("Uid:") and l.split()[1] == "65532" for l in uid.splitlines()),
           uid[:200])
 
-    helm_test = run("helm", "test", RELEASE, "-n", NS, "--timeout", "2m", check_rc=False, timeout=180)
+    helm_test = run("helm", "test", RELEASE, "-n", NS, "--timeout", "2m", "--logs", check_rc=False,
+                    timeout=180)
     check("helm test (psql through the Service from a pod, by the Service's DNS name)",
           helm_test.returncode == 0, (helm_test.stdout + helm_test.stderr).strip()[-400:])
 
