@@ -199,11 +199,8 @@ ServerConn* Pool::TakeIdleServer(absl::Time now) {
         now - server->last_used_at() > pool_config.server_check_delay &&
         pool_config.server_check_query != "-") {
       // Long idle: prove the connection still works before a client depends on it.
-      MoveServer(server, ServerState::kTesting);
       server->touch(now);
-      if (!server->SendHiddenQuery(pool_config.server_check_query)) {
-        server->Close("server check failed");
-      }
+      StartHiddenQuery(server, pool_config.server_check_query, "server check failed");
       continue;
     }
     return server;
@@ -234,7 +231,9 @@ void Pool::ServeWaiting() {
     if (server == nullptr) break;
     Link(clients_[ClientState::kWaiting].front(), server);
   }
-  while (servers_wanted() > login_server_count() + testing_server_count()) {
+  // Launching does not change what is wanted: count it once.
+  const size_t wanted = servers_wanted();
+  while (wanted > login_server_count() + testing_server_count()) {
     if (!LaunchServer(ServerBudget::Purpose::kPoolSize)) {
       // No room in the pod: a sibling's idle server serves instead, or frees the budget. (No host
       // to try now: clients wait, Maintain tries again.)
@@ -266,8 +265,13 @@ void Pool::RefreshWelcome(absl::Time now) {
   welcome_refreshed_at_ = now;
   welcome_prober_ = server;
   welcome_prober_last_used_ = server->last_used_at();
+  StartHiddenQuery(server, pc.server_check_query, "server check failed");
+}
+
+void Pool::StartHiddenQuery(ServerConn* server, std::string_view sql,
+                            std::string_view close_reason) {
   MoveServer(server, ServerState::kTesting);
-  if (!server->SendHiddenQuery(pc.server_check_query)) server->Close("server check failed");
+  if (!server->SendHiddenQuery(sql)) server->Close(close_reason);
 }
 
 void Pool::ScheduleServeWaiting() {
@@ -628,14 +632,10 @@ void Pool::ReturnServer(ServerConn* server) {
   if (server->relay().session_reset_required() && !server->close_on_release()) {
     // Whatever server_reset_query says: only DISCARD ALL also unlocks advisory locks, drops
     // temporary tables, closes cursors and stops listening.
-    MoveServer(server, ServerState::kTesting);
-    if (!server->SendHiddenQuery("DISCARD ALL")) server->Close("server reset failed");
+    StartHiddenQuery(server, "DISCARD ALL", "server reset failed");
   } else if ((mode_ == config::PoolMode::kSession || pool_config.server_reset_query_always) &&
              !pool_config.server_reset_query.empty() && !server->close_on_release()) {
-    MoveServer(server, ServerState::kTesting);
-    if (!server->SendHiddenQuery(pool_config.server_reset_query)) {
-      server->Close("server reset failed");
-    }
+    StartHiddenQuery(server, pool_config.server_reset_query, "server reset failed");
   } else {
     ReleaseServer(server);
   }

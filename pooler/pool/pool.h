@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -246,6 +247,9 @@ class Pool {
   void ExpireHubWaiters(absl::Time now);
   // Keeps the welcome true while nothing runs: see Pool::RefreshWelcome.
   void RefreshWelcome(absl::Time now);
+  // A check, reset or refresh query on `server` (kTesting until its ReadyForQuery makes it idle);
+  // closes it with `close_reason` when the query cannot be sent.
+  void StartHiddenQuery(ServerConn* server, std::string_view sql, std::string_view close_reason);
   // ServeWaiting once the current event batch is done (see ReleaseServer).
   void ScheduleServeWaiting();
   // Opens a server if limits allow; `extra` allows the reserve pool.

@@ -165,6 +165,20 @@ class Pgbench:
         return self.proc.returncode, processed, failed, aborted, out
 
 
+def committed_transactions():
+    with pg_admin() as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = 'app'")
+        return cur.fetchone()[0]
+
+
+def wait_for_transactions(count, limit=30):
+    """Polls until PostgreSQL has committed `count` more transactions in 'app' (pgbench runs)."""
+    start = committed_transactions()
+    return wait_until(f"{count} transactions", limit,
+                      lambda: committed_transactions() - start >= count)
+
+
 def standalone_values():
     path = os.path.join(WORK, "standalone.yaml")
     values = {
@@ -209,14 +223,18 @@ def controller_pod():
     return items[0] if items else None
 
 
-def controller_metric(name):
-    pod = controller_pod()
+def pod_metric(pod, name):
+    """The sum of a metric's series on a pod's /metrics (port 9127), or None when unreachable."""
     if not pod or not pod["status"].get("podIP"):
         return None
     try:
         return metric_sum(scrape(pod["status"]["podIP"], 9127), name)
     except OSError:
         return None
+
+
+def controller_metric(name):
+    return pod_metric(controller_pod(), name)
 
 
 def scale(replicas):
@@ -280,12 +298,12 @@ def standalone_scenarios():
 
     # Scale 2 -> 4 -> 1 under pgbench (a new connection per transaction).
     bench = Pgbench(svc, 75)
-    time.sleep(5)
+    wait_for_transactions(500)
     scale(4)
     grew = wait_pooler_ready(4, 120)
     shares4 = wait_until("the controller to count 4 pods", 60,
                          lambda: controller_metric("pgfleet_controller_pods") == 4)
-    time.sleep(5)
+    wait_for_transactions(500)
     scale(1)
     shrank = wait_pooler_ready(1, 120)
     shares1 = wait_until("the controller to count 1 pod", 90,
@@ -306,11 +324,11 @@ def standalone_scenarios():
     wait_pooler_ready(2, 120)
     wait_until("the controller to count 2 pods", 60,
                lambda: controller_metric("pgfleet_controller_pods") == 2)
-    forwarded_before = sum(pod_metric(p, "pgfleet_cancel_forwarded_total") for p in pooler_pods())
+    forwarded_before = sum(pod_metric(p, "pgfleet_cancel_forwarded_total") or 0 for p in pooler_pods())
     cancelled = 0
     for _ in range(10):
         cancelled += cancel_once(svc)
-    forwarded = sum(pod_metric(p, "pgfleet_cancel_forwarded_total") for p in pooler_pods()) - forwarded_before
+    forwarded = sum(pod_metric(p, "pgfleet_cancel_forwarded_total") or 0 for p in pooler_pods()) - forwarded_before
     check("10 of 10 queries cancelled by a CancelRequest through the Service", cancelled == 10,
           f"{cancelled} cancelled")
     check("cancels reached the owner from other workers and pods (forwarded)", forwarded >= 1,
@@ -318,7 +336,7 @@ def standalone_scenarios():
 
     # A rolling update (a config change rolls the pods by its checksum) under pgbench.
     bench = Pgbench(svc, 60)
-    time.sleep(5)
+    wait_for_transactions(500)
     before = {p["metadata"]["name"] for p in pooler_pods()}
     upgrade = run("helm", "upgrade", RELEASE, os.path.join(ROOT, "helm/pgfleet"), "-n", NS,
                   "--reuse-values", "--set", "config.pool.default_pool_size=7", check_rc=False)
@@ -361,13 +379,6 @@ def readiness_checks():
     back = wait_until("the pooler pods to be ready again", 60, lambda: ready_endpoints() == before)
     check("readiness: PostgreSQL stopped takes the pods out of the Service, started brings them back",
           before == 2 and gone and back, f"{before} ready endpoints before")
-
-
-def pod_metric(pod, name):
-    try:
-        return metric_sum(scrape(pod["status"]["podIP"], 9127), name)
-    except OSError:
-        return 0.0
 
 
 def cancel_once(host):
@@ -444,9 +455,9 @@ def sidecar():
     values = os.path.join(WORK, "sidecar.yaml")
     # The app's first act is a query through the sidecar; a failure exits, and the kubelet would
     # restart it (restartCount shows it).
-    app_command = ["sh", "-c", "t0=$(date +%s%N); psql -XAtc 'SELECT 42' && "
-                   "echo FIRST-QUERY-OK in $((($(date +%s%N) - t0) / 1000000)) ms && "
-                   "trap 'exit 0' TERM && while :; do sleep 1; done"]
+    app_command = ["sh", "-c", "t0=$(date +%s%N); psql -XAtc 'SELECT 42' || exit 1; "
+                   "echo FIRST-QUERY-OK in $((($(date +%s%N) - t0) / 1000000)) ms; "
+                   "trap 'exit 0' TERM; sleep infinity & wait"]
     with open(values, "w") as f:
         json.dump({
             "replicaCount": 2,
