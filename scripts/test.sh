@@ -13,10 +13,10 @@
 #   SKIP_INSTALL=1 scripts/test.sh
 #   FUZZ_SECONDS=60 scripts/test.sh   # longer fuzzing (default 6 s per target); SKIP_FUZZ=1 skips
 #   SOAK_DURATION=30 scripts/test.sh  # longer soak runs (default 10 s each)
-# Each step prints the seconds since the start ("test.sh: [N s] step"): CI's budget is 25 minutes
-# on 2 cores, builds included.
 #   SKIP_SANITIZE=1 scripts/test.sh   # no sanitizer build: the integration tests run in build-test
 #   SKIP_IMAGE=1 scripts/test.sh      # no image build and run (tests/image/run.sh)
+# Each step prints the seconds since the start ("test.sh: [N s] step"): CI's budget is 25 minutes
+# on 2 cores, builds included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

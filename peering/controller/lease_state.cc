@@ -25,6 +25,14 @@ void LeaseState::Restore(const std::map<std::string, ShareUpdate>& shares, absl:
 void LeaseState::OnHelloSent(absl::Time now) {
   welcomed_ = false;
   hello_sent_at_ = now;
+  deferred_raises_.clear();  // grants of an earlier stream were numbered there
+  deferred_grant_seq_ = 0;
+}
+
+void LeaseState::OnStreamEnded() {
+  welcomed_ = false;
+  deferred_raises_.clear();
+  deferred_grant_seq_ = 0;
 }
 
 bool LeaseState::OnWelcome(const Welcome& welcome, absl::Time now) {
@@ -49,6 +57,14 @@ bool LeaseState::OnRenewed(uint64_t report_seq, absl::Time now) {
   report_sent_at_.erase(report_sent_at_.begin(), std::next(it));
   if (!has_lease_ && LeaseValid(now)) {
     has_lease_ = true;
+    // The controller renewed us on the stream that carried these raises, so it has counted them
+    // for us ever since it sent them (it ends the stream when it expires a lease): take them now.
+    // Left untaken, they stay committed there and unused here until the share changes again.
+    for (const auto& [db, share] : deferred_raises_) {
+      SetShare(db, share.cap, std::min(share.floor, share.cap));
+    }
+    if (!deferred_raises_.empty()) pending_ack_ = std::max(pending_ack_, deferred_grant_seq_);
+    deferred_raises_.clear();
     return true;
   }
   return false;
@@ -66,7 +82,12 @@ bool LeaseState::OnGrant(uint64_t grant_seq, uint64_t report_seq,
   const bool valid = has_lease_ && LeaseValid(now);
   for (const auto& share : shares) {
     const int cap_now = CapFor(share.database);
-    if (!valid && share.cap > cap_now) continue;
+    if (!valid && share.cap > cap_now) {
+      deferred_raises_[share.database] = share;
+      deferred_grant_seq_ = grant_seq;
+      continue;
+    }
+    deferred_raises_.erase(share.database);
     SetShare(share.database, share.cap, std::min(share.floor, share.cap));
   }
   if (valid) pending_ack_ = std::max(pending_ack_, grant_seq);

@@ -69,7 +69,7 @@ class LeaseState {
   // A new stream sent its Hello at `now`; nothing from an earlier stream counts from here on.
   void OnHelloSent(absl::Time now);
   // The stream ended: no acks or reports until the next Welcome.
-  void OnStreamEnded() { welcomed_ = false; }
+  void OnStreamEnded();
 
   struct Welcome {
     uint32_t peer_id = 0;
@@ -82,8 +82,10 @@ class LeaseState {
   // The controller renewed the lease up to report `report_seq`. True when this regained a lease
   // that had been lost.
   bool OnRenewed(uint64_t report_seq, absl::Time now);
-  // A grant: renews up to `report_seq`, then takes its shares (only lowers without a lease) and,
-  // with a lease, owes an ack for `grant_seq`. Returns what OnRenewed returns. Tick() next.
+  // A grant: renews up to `report_seq`, then takes its shares and, with a lease, owes an ack for
+  // `grant_seq`. Without a lease only lowers are taken; raises wait for the lease to be regained
+  // on the same stream (OnRenewed), and are dropped with the stream. Returns what OnRenewed
+  // returns. Tick() next.
   bool OnGrant(uint64_t grant_seq, uint64_t report_seq, const std::vector<ShareUpdate>& shares,
                absl::Time now);
 
@@ -153,6 +155,10 @@ class LeaseState {
   std::map<std::string, int> last_open_;
   uint64_t pending_ack_ = 0;
   uint64_t acked_ = 0;
+  // Raises granted on this stream while it had no lease (a Welcome after a paused Hello), newest
+  // per database, and the newest grant that carried one.
+  std::map<std::string, ShareUpdate> deferred_raises_;
+  uint64_t deferred_grant_seq_ = 0;
   absl::Time last_close_ = absl::InfinitePast();
 };
 

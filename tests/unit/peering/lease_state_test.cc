@@ -245,12 +245,45 @@ TEST_F(LeaseStateTest, WelcomeTimingsReplaceTheConfiguredOnes) {
 TEST_F(LeaseStateTest, WelcomeAfterAPausedHelloHasNoLeaseUntilRenewed) {
   Join(kLease);  // the Welcome came a whole lease after the Hello
   EXPECT_FALSE(lease_.has_lease());
-  Grant(1, 6, 2);  // a raise without a lease is not taken
+  Grant(1, 6, 2);  // a raise without a lease is not taken ...
   EXPECT_EQ(lease_.CapFor("app"), 0);
+  EXPECT_FALSE(Tick().ack.has_value());
   auto report = lease_.NextReport(Now());
   ASSERT_TRUE(report.has_value());
   EXPECT_TRUE(lease_.OnRenewed(report->seq, Now()));
   EXPECT_TRUE(lease_.has_lease());
+  // ... until the controller renews the stream that carried it: it has counted the raise for us
+  // since it sent it, and would never send it again.
+  EXPECT_EQ(lease_.CapFor("app"), 6);
+  auto outcome = Tick();
+  ASSERT_TRUE(outcome.ack.has_value());
+  EXPECT_EQ(*outcome.ack, 1u);
+}
+
+TEST_F(LeaseStateTest, AWaitingRaiseTakesTheNewestGrantAndDiesWithItsStream) {
+  Join(kLease);
+  Grant(1, 6, 2);
+  Grant(2, 4, 1);  // the newer grant replaces the waiting raise
+  auto report = lease_.NextReport(Now());
+  ASSERT_TRUE(report.has_value());
+  ASSERT_TRUE(lease_.OnRenewed(report->seq, Now()));
+  EXPECT_EQ(lease_.CapFor("app"), 4);
+  EXPECT_EQ(lease_.FloorFor("app"), 1);
+  lease_.MarkAcked(*Tick().ack);
+
+  // A raise left waiting on a stream that ended is never taken: the next stream starts afresh.
+  lease_.OnStreamEnded();
+  clock_.Advance(kLease);
+  ASSERT_TRUE(Tick().lease_lost);
+  ASSERT_EQ(lease_.CapFor("app"), 1);
+  Join(kLease);
+  Grant(1, 9, 2);
+  lease_.OnStreamEnded();
+  Join(kLease);
+  report = lease_.NextReport(Now());
+  ASSERT_TRUE(report.has_value());
+  ASSERT_TRUE(lease_.OnRenewed(report->seq, Now()));
+  EXPECT_EQ(lease_.CapFor("app"), 1);
 }
 
 TEST_F(LeaseStateTest, ReportsCarryPeakDemandSinceTheLastReport) {
