@@ -24,7 +24,7 @@
 #include "tests/integration/harness/http_client.h"
 
 namespace pgfleet::testing {
-namespace {
+namespace fault_fleet_test {
 
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;

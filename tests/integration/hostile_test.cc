@@ -25,7 +25,7 @@
 #include "tests/integration/harness/fixtures.h"
 
 namespace pgfleet::testing {
-namespace {
+namespace hostile_test {
 
 using ::testing::HasSubstr;
 using ::testing::Not;

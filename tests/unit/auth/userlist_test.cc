@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 
 namespace pgfleet::auth {
-namespace {
+namespace userlist_test {
 
 // Keeps the test on plain gtest (no gmock dependency) while still printing the message.
 ::testing::AssertionResult MessageHas(const absl::Status& status, const std::string& part) {

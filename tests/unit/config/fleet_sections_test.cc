@@ -8,7 +8,7 @@
 #include "pooler/config/config.h"
 
 namespace pgfleet::config {
-namespace {
+namespace fleet_sections_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;

@@ -11,7 +11,7 @@
 #include "pooler/base/clock.h"
 
 namespace pgfleet::peering::controller {
-namespace {
+namespace lease_timeline_test {
 
 constexpr absl::Duration kLease = absl::Seconds(4);
 constexpr absl::Duration kForget = absl::Seconds(20);

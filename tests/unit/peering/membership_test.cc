@@ -12,7 +12,7 @@
 #include "pooler/protocol/cancel_key.h"
 
 namespace pgfleet::peering::controller {
-namespace {
+namespace membership_test {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;

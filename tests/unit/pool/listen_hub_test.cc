@@ -14,7 +14,7 @@
 #include "tests/unit/protocol/test_bytes.h"
 
 namespace pgfleet::pool {
-namespace {
+namespace listen_hub_test {
 
 using protocol::StringSink;
 using protocol::testing::AsBytes;

@@ -8,7 +8,7 @@
 #include "tests/unit/pool/relay_test_link.h"
 
 namespace pgfleet::pool::relay_testing {
-namespace {
+namespace relay_test {
 
 TEST(RelayTest, SimpleQueryIsReleasableOnceAnsweredOutsideATransaction) {
   Link link;
