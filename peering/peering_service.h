@@ -14,7 +14,7 @@
 #include "peering/credentials.h"
 #include "pgfleet/peering/v1/peering.grpc.pb.h"
 #include "pooler/net/event_loop.h"
-#include "pooler/pool/cancel_registry.h"
+#include "pooler/cancel/cancel_registry.h"
 
 namespace grpc {
 class Server;

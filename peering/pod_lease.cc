@@ -2,13 +2,21 @@
 #include "peering/pod_lease.h"
 
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
-#include "peering/worker_fleet.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
 #include "pooler/base/log.h"
+#include "pooler/base/random.h"
 #include "pooler/base/status_macros.h"
 #include "pooler/base/strings.h"
 #include "pooler/net/signal_watcher.h"
@@ -170,6 +178,30 @@ int RunPodLeaseProcess(const std::string& config_path, const std::string& runtim
   if (auto status = loop.Run(); !status.ok()) return fail("loop", status);
   (*lease)->Stop();
   return 0;
+}
+
+std::string PodIdFor(const std::string& runtime_dir) {
+  uint8_t bytes[12];
+  base::SecureRandomBytes(bytes);
+  std::string fresh = absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  if (runtime_dir.empty()) return fresh;
+  const std::string path = absl::StrCat(runtime_dir, "/pod-id");
+  const std::string tmp = absl::StrCat(path, ".", getpid());
+  // Write then link: the name appears complete or not at all, and only the first link wins.
+  if (std::ofstream(tmp) << fresh) {
+    if (link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST) {
+      unlink(tmp.c_str());
+      return fresh;
+    }
+  }
+  unlink(tmp.c_str());
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string id = ss.str();
+  absl::StripAsciiWhitespace(&id);
+  return id.empty() ? fresh : id;
 }
 
 }  // namespace pgfleet::peering

@@ -82,4 +82,8 @@ class PodLease {
 int RunPodLeaseProcess(const std::string& config_path, const std::string& runtime_dir,
                        int pod_servers_fd);
 
+// The pod's id, shared by its workers through `<runtime_dir>/pod-id` (the first worker writes
+// it); random per supervisor run. A lone worker gets a fresh random id.
+std::string PodIdFor(const std::string& runtime_dir);
+
 }  // namespace pgfleet::peering

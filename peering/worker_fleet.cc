@@ -19,30 +19,6 @@
 
 namespace pgfleet::peering {
 
-std::string PodIdFor(const std::string& runtime_dir) {
-  uint8_t bytes[12];
-  base::SecureRandomBytes(bytes);
-  std::string fresh = absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
-  if (runtime_dir.empty()) return fresh;
-  const std::string path = absl::StrCat(runtime_dir, "/pod-id");
-  const std::string tmp = absl::StrCat(path, ".", getpid());
-  // Write then link: the name appears complete or not at all, and only the first link wins.
-  if (std::ofstream(tmp) << fresh) {
-    if (link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST) {
-      unlink(tmp.c_str());
-      return fresh;
-    }
-  }
-  unlink(tmp.c_str());
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string id = ss.str();
-  absl::StripAsciiWhitespace(&id);
-  return id.empty() ? fresh : id;
-}
-
 WorkerFleet::WorkerFleet(net::EventLoop& loop, FleetOptions options, PeerCredentials credentials)
     : loop_(loop), options_(std::move(options)), credentials_(std::move(credentials)) {}
 

@@ -72,8 +72,4 @@ class WorkerFleet {
   std::unique_ptr<PodLease> pod_lease_;  // a lone worker's
 };
 
-// The pod's id, shared by its workers through `<runtime_dir>/pod-id` (the first worker writes
-// it); random per supervisor run. A lone worker gets a fresh random id.
-std::string PodIdFor(const std::string& runtime_dir);
-
 }  // namespace pgfleet::peering

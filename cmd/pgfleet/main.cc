@@ -17,7 +17,7 @@
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/config/config.h"
-#include "pooler/pool/tls_policy.h"
+#include "pooler/conn/tls_policy.h"
 #include "pooler/supervisor/supervisor.h"
 #include "pooler/worker/worker.h"
 

@@ -6,7 +6,7 @@
 #include "pooler/admin/show.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
-#include "pooler/pool/client_conn.h"
+#include "pooler/conn/client_conn.h"
 #include "pooler/protocol/builders.h"
 
 namespace pgfleet::admin {

@@ -15,7 +15,7 @@
 #include "pooler/admin/command.h"
 #include "pooler/admin/fanout.h"
 #include "pooler/config/config.h"
-#include "pooler/pool/admin_hook.h"
+#include "pooler/conn/admin_hook.h"
 #include "pooler/pool/pool_registry.h"
 
 namespace pgfleet::admin {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "pooler/auth/scram_primitives.h"
 #include "pooler/base/random.h"
 
 namespace pgfleet::auth {
@@ -20,7 +21,6 @@ inline constexpr std::string_view kScramSha256 = "SCRAM-SHA-256";
 inline constexpr std::string_view kScramSha256Plus = "SCRAM-SHA-256-PLUS";
 inline constexpr std::string_view kTlsServerEndPoint = "tls-server-end-point";
 inline constexpr int kDefaultScramIterations = 4096;
-using ScramKey = std::array<uint8_t, 32>;
 
 // A parsed "SCRAM-SHA-256$<iterations>:<salt b64>$<StoredKey b64>:<ServerKey b64>" secret.
 struct ScramSecret {

@@ -8,7 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "pooler/metrics/names.h"
-#include "pooler/pool/stats.h"
+#include "pooler/conn/stats.h"
 
 namespace pgfleet::metrics {
 namespace {

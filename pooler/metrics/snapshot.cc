@@ -10,9 +10,9 @@
 
 #include "pooler/base/log.h"
 #include "pooler/config/worker_share.h"
-#include "pooler/pool/client_conn.h"
+#include "pooler/conn/client_conn.h"
 #include "pooler/pool/pool.h"
-#include "pooler/pool/server_conn.h"
+#include "pooler/conn/server_conn.h"
 
 namespace pgfleet::metrics {
 namespace {

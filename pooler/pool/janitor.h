@@ -3,10 +3,10 @@
 #pragma once
 
 #include "pooler/net/event_loop.h"
-#include "pooler/pool/cancel_handler.h"
-#include "pooler/pool/client_conn.h"
-#include "pooler/pool/server_budget.h"
-#include "pooler/pool/worker_context.h"
+#include "pooler/cancel/cancel_handler.h"
+#include "pooler/conn/client_conn.h"
+#include "pooler/pool/pool.h"
+#include "pooler/conn/worker_context.h"
 
 namespace pgfleet::pool {
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
-#include "pooler/pool/pool_registry.h"
+#include "pooler/pool/pool_host.h"
 #include "pooler/protocol/sqlstate.h"
 
 namespace pgfleet::pool {
@@ -16,14 +16,10 @@ namespace {
 constexpr absl::Duration kMaxConnectBackoff = absl::Seconds(1);
 }  // namespace
 
-Pool::Pool(PoolRegistry* registry, config::DatabaseConfig db, std::string user)
-    : registry_(registry),
-      context_(registry->context()),
-      hosts_(registry->HostsFor(db)),
-      db_(std::move(db)),
-      user_(std::move(user)),
-      mode_(context_.config().EffectivePoolMode(db_, user_)),
-      pins_(&registry->budget().pod(), budget::PodServerCounts::PinKeyText(db_.name, user_)),
+Pool::Pool(PoolHost* host, config::DatabaseConfig db, std::string user)
+    : BudgetedPool(host->context(), std::move(db), std::move(user), &host->budget().pod()),
+      host_(host),
+      hosts_(host->HostsFor(db_)),
       server_defaults_(context_.tracked_params().size()) {
   UpdateRelaySettings();
 }
@@ -32,14 +28,11 @@ Pool::~Pool() {
   if (give_timer_ != 0) context_.loop().CancelTimer(give_timer_);
 }
 
-bool Pool::tracks_prepared_statements() const {
-  return mode_ != config::PoolMode::kSession && context_.config().pool.max_prepared_statements > 0;
-}
-
 void Pool::UpdateRelaySettings() {
   const auto& pool_config = context_.config().pool;
   relay_settings_.max_packet_size = static_cast<uint32_t>(pool_config.max_packet_size);
-  relay_settings_.track_prepared = tracks_prepared_statements();
+  relay_settings_.track_prepared =
+      mode_ != config::PoolMode::kSession && pool_config.max_prepared_statements > 0;
   relay_settings_.max_prepared_statements =
       static_cast<size_t>(std::max(0, pool_config.max_prepared_statements));
   relay_settings_.tracked = &context_.tracked_params();
@@ -61,35 +54,6 @@ void Pool::UpdateRelaySettings() {
   pins_.set_limit(context_.config().EffectiveMaxPinnedServers(db_));
 }
 
-std::optional<budget::PodServerCounts::Key> PinnedServers::PodKey() const {
-  if (!key_known_ && pod_ != nullptr) {
-    key_ = pod_->Intern(key_text_);
-    key_known_ = true;
-  }
-  return key_;
-}
-
-bool PinnedServers::MayPin() const {
-  const auto key = PodKey();
-  return (key.has_value() ? pod_->Total(*key) : pinned_) < limit_;
-}
-
-void PinnedServers::OnPinChanged(bool pinned, uint32_t pin_mask) {
-  const auto key = PodKey();
-  if (!pinned) {
-    --pinned_;
-    if (key.has_value()) pod_->Release({*key});
-    return;
-  }
-  ++pinned_;
-  // Unlimited here: the limit is checked before a pin is made (MayPin), and a pin made anyway
-  // inside a transaction still counts.
-  if (key.has_value()) (void)pod_->TryReserve({{*key, 0}});
-  for (int r = 0; r < kPinReasonCount; ++r) {
-    if ((pin_mask & (1u << r)) != 0) ++pins_total_[r];
-  }
-}
-
 int Pool::pool_size() const { return context_.config().EffectivePoolSize(db_); }
 
 void Pool::ApplyConfig(const config::DatabaseConfig& db) {
@@ -97,7 +61,7 @@ void Pool::ApplyConfig(const config::DatabaseConfig& db) {
   hosts_.Reconfigure(db);
   // A forced server user may change: take back what was published under the old keys first.
   if (pod_keys_known_ && pod_keys_.has_value() && published_idle_ != 0) {
-    budget::PodServerCounts& pod = registry_->budget().pod();
+    budget::PodServerCounts& pod = host_->budget().pod();
     pod.AddIdle(pod_keys_->pool, -published_idle_);
     pod.AddIdle(pod_keys_->database, -published_idle_);
     pod.AddIdle(pod_keys_->user, -published_idle_);
@@ -285,7 +249,7 @@ void Pool::ScheduleServeWaiting() {
 
 bool Pool::CanLaunch() const {
   const absl::Time now = context_.loop().now();
-  return !registry_->closed_all() && !paused_ && now >= next_connect_allowed_ &&
+  return !host_->closed_all() && !paused_ && now >= next_connect_allowed_ &&
          hosts_.AnyToTry(now);
 }
 
@@ -294,10 +258,10 @@ bool Pool::LaunchServer(ServerBudget::Purpose purpose) {
   const absl::Time now = context_.loop().now();
   const std::optional<size_t> host = hosts_.Pick(now);
   if (!host.has_value()) return false;
-  ServerBudget& budget = registry_->budget();
-  std::optional<ServerRoom> room = budget.TryOpen(this, purpose);
+  ServerBudget& budget = host_->budget();
+  std::optional<ServerRoom> room = budget.TryOpen(*this, purpose);
   if (!room.has_value()) return false;
-  ServerConn* server = registry_->OpenServer(this, hosts_.status(*host).address);
+  ServerConn* server = host_->OpenServer(this, hosts_.status(*host).address);
   if (server == nullptr) {
     budget.Closed(*room);
     hosts_.OnConnectFailed(*host, now, kMaxConnectBackoff, "connect failed at once");
@@ -325,7 +289,7 @@ void Pool::MoveClient(ClientConn* client, ClientState to) {
 
 const std::optional<PodKeys>& Pool::PodKeysOf() const {
   if (!pod_keys_known_) {
-    pod_keys_ = registry_->budget().InternKeys(this);
+    pod_keys_ = host_->budget().InternKeys(*this);
     pod_keys_known_ = true;
   }
   return pod_keys_;
@@ -334,7 +298,7 @@ const std::optional<PodKeys>& Pool::PodKeysOf() const {
 void Pool::PublishPodCounts() {
   const auto keys = PodKeysOf();
   if (!keys.has_value()) return;
-  budget::PodServerCounts& pod = registry_->budget().pod();
+  budget::PodServerCounts& pod = host_->budget().pod();
   // Siblings only need to know whether this worker has an idle server: publishing 0 or 1 keeps
   // the shared cache line quiet while a busy worker's idle count moves between 1 and many.
   const int idle = idle_server_count() > 0 ? 1 : 0;
@@ -366,175 +330,6 @@ void Pool::PublishPodCounts() {
   }
 }
 
-void Pool::OnServerConnected(ServerConn* server) { MoveServer(server, ServerState::kLogin); }
-
-std::optional<size_t> Pool::HostOf(const ServerConn* server) const {
-  return hosts_.IndexOf(server->address());
-}
-
-bool Pool::AcceptLogin(ServerConn* server) {
-  const std::optional<size_t> host = HostOf(server);
-  if (!host.has_value()) return false;  // a reload removed its host meanwhile
-  const auto facts = HostFacts::FromParams(server->login_params());
-  const absl::Time now = context_.loop().now();
-  // Other databases listing the host learn its role too (a promotion one entry's login finds
-  // retires another entry's servers there).
-  if (facts.has_value()) registry_->OnHostRole(server->address(), facts->in_hot_standby, now);
-  if (hosts_.OnLogin(*host, facts, now)) return true;
-  const HostStatus& status = hosts_.status(*host);
-  PGFLEET_LOG(
-      kInfo, "server_host_mismatch", "server=", server->id(), " db=", base::LogQuote(db_.name),
-      " host=", status.address.host, " port=", status.address.port,
-      " role=", HostRoleName(status.role), " read_only=", status.read_only ? "on" : "off",
-      " target_session_attrs=", config::TargetSessionAttrsName(hosts_.target_session_attrs()));
-  return false;
-}
-
-void Pool::OnServerReady(ServerConn* server) {
-  if (!AcceptLogin(server)) {
-    // Not a failed login: the host answered, it is just not the kind this entry wants. Another
-    // host is tried at once; this one again after HostSelector::kRoleRecheck.
-    server->MarkHostRejected();
-    server->Close("host does not match target_session_attrs");
-    ScheduleServeWaiting();
-    return;
-  }
-  // Idle from here on: closing it now (RECONNECT, a lowered budget) is not a failed login.
-  MoveServer(server, ServerState::kIdle, /*front=*/true);
-  consecutive_connect_failures_ = 0;
-  next_connect_allowed_ = absl::InfinitePast();
-  LearnWelcome(server);
-  MakeIdle(server);
-  ServeWelcomedClients();
-}
-
-void Pool::LearnWelcome(const ServerConn* server) {
-  // Every login refreshes what new clients are told: the server behind the address may have
-  // changed since (another major, a promoted standby), and a client must hear the values of the
-  // servers it will get, not of the first one this pool ever opened.
-  welcome_params_ = server->login_params();
-  server_defaults_ = server->params();
-  if (welcome_known_) return;
-  welcome_known_ = true;
-  WarnUnreportedTrackedParameters();
-  while (ClientConn* client = clients_[ClientState::kWelcome].front()) {
-    MoveClient(client, ClientState::kIdle);
-    WelcomeClient(client);
-  }
-}
-
-void Pool::WelcomeClient(ClientConn* client) {
-  if (relay_settings_.session == SessionTracking::kTrack) {
-    ClientStream& stream = client->stream();
-    CarryUnreportedStartupParams(context_.tracked_params(), server_defaults_, &stream.params,
-                                 &stream.session);
-  }
-  client->SendWelcome(welcome_params_, server_defaults_);
-}
-
-void Pool::WarnUnreportedTrackedParameters() const {
-  // A tracked parameter that this server never reports (search_path before PostgreSQL 18) is
-  // only known from clients' startup packets: a SET inside a session is not seen.
-  std::string_view version = "unknown";
-  for (const auto& [name, value] : welcome_params_) {
-    if (name == "server_version") version = value;
-  }
-  if (!context_.config().pool.track_extra_parameters_configured) return;
-  for (const auto& wanted : context_.config().pool.track_extra_parameters) {
-    const bool reported =
-        std::any_of(welcome_params_.begin(), welcome_params_.end(),
-                    [&](const auto& param) { return absl::EqualsIgnoreCase(param.first, wanted); });
-    if (reported) continue;
-    PGFLEET_LOG(kWarning, "tracked_parameter_not_reported", "db=", base::LogQuote(db_.name),
-                " parameter=", base::LogQuote(wanted), " server_version=", base::LogQuote(version),
-                " effect=\"pool.track_extra_parameters: a client's SET of it is not seen; only its "
-                "startup value is applied\"");
-  }
-}
-
-void Pool::ServeWelcomedClients() {
-  // Clients just welcomed may have pipelined their first query already.
-  std::vector<ClientConn*> pending;
-  for (ClientConn* c : clients_.In({ClientState::kIdle})) {
-    if (!c->in().empty()) pending.push_back(c);
-  }
-  for (ClientConn* c : pending) {
-    if (!c->closed() && c->state() == ClientState::kIdle) c->OnServerReleased();
-  }
-}
-
-void Pool::FailWelcomeClients(std::span<const uint8_t> error) {
-  while (ClientConn* client = clients_[ClientState::kWelcome].front()) client->FatalRaw(error);
-  while (ClientConn* client = clients_[ClientState::kWaiting].front()) client->FatalRaw(error);
-  auto waiters = std::move(auth_query_waiters_);
-  auth_query_waiters_.clear();
-  for (ClientConn* client : waiters) {
-    client->OnAuthQueryResult(false, "", "auth_query login failed");
-  }
-}
-
-void Pool::OnServerLoginFailed(ServerConn* server, std::span<const uint8_t> error,
-                               bool fatal_for_clients) {
-  const auto retry = context_.config().pool.server_login_retry;
-  if (!fatal_for_clients) {
-    // The host's reason (shutting down, starting up, too many connections): other hosts may
-    // serve meanwhile.
-    if (const auto host = HostOf(server)) {
-      hosts_.OnConnectFailed(*host, context_.loop().now(), retry, "login failed");
-    }
-    return;
-  }
-  // The credentials' or the database's: every host would say the same.
-  ++consecutive_connect_failures_;
-  next_connect_allowed_ =
-      context_.loop().now() +
-      std::min(absl::Milliseconds(100) * (1 << std::min(consecutive_connect_failures_, 8)), retry);
-  FailWelcomeClients(error);
-}
-
-void Pool::OnHotStandbyReport(ServerConn* server, bool in_hot_standby) {
-  const absl::Time now = context_.loop().now();
-  registry_->OnHostRole(server->address(), in_hot_standby, now);
-  // New clients are told the role as it is now (libpq's target_session_attrs reads it), not as
-  // the last login found it; where the host no longer fits, its servers are leaving and what
-  // clients hear stays that of the kind they will get.
-  const std::optional<size_t> host = HostOf(server);
-  if (!host.has_value() || !hosts_.Serves(*host, now)) return;
-  for (auto& [name, value] : welcome_params_) {
-    if (name == "in_hot_standby") value = in_hot_standby ? "on" : "off";
-  }
-}
-
-void Pool::OnReadOnlyError(ServerConn* server) {
-  const auto attrs = db_.target_session_attrs;
-  if (attrs != config::TargetSessionAttrs::kReadWrite &&
-      attrs != config::TargetSessionAttrs::kPrimary) {
-    return;
-  }
-  // A client's own SET TRANSACTION READ ONLY gets 25006 on a primary too: only this server goes
-  // (a new login tells the host's role), not the host's others.
-  server->MarkCloseOnRelease();
-  if (const auto host = HostOf(server)) hosts_.Forget(*host);
-}
-
-void Pool::RetireHost(const config::HostAddress& address, std::string_view reason) {
-  std::vector<ServerConn*> idle;
-  for (ServerConn* s : servers_.In({ServerState::kIdle})) {
-    if (s->address() == address) idle.push_back(s);
-  }
-  for (ServerConn* s : idle) s->Close(reason);
-  // The LISTEN hub's server listens on the next server it gets (notifications in between are
-  // lost, as for any session that ends).
-  if (hub_server_ != nullptr && hub_server_->address() == address) hub_server_->Close(reason);
-  // The rest finish what they run (a transaction ends as PostgreSQL ends it) and close when
-  // released.
-  for (ServerConn* s : servers_.In({ServerState::kActive, ServerState::kTesting,
-                                    ServerState::kCanceling, ServerState::kDraining})) {
-    if (s->address() == address) s->MarkCloseOnRelease();
-  }
-  ScheduleServeWaiting();
-}
-
 void Pool::MakeIdle(ServerConn* server) {
   if (server == welcome_prober_) {
     welcome_prober_ = nullptr;
@@ -554,7 +349,7 @@ void Pool::MakeIdle(ServerConn* server) {
 
 void Pool::ReleaseServer(ServerConn* server) {
   const absl::Time now = context_.loop().now();
-  ClientConn* client = server->client();
+  ClientConn* client = ClientOf(server);
   if (client != nullptr && !client->stream().session.unlistened.empty()) {
     ApplyRelayedUnlistens(client);
   }
@@ -572,10 +367,10 @@ void Pool::ReleaseServer(ServerConn* server) {
     // A cancel may still land; keep the server out of use until it has (docs/architecture.md,
     // "Cancel keys").
     MoveServer(server, ServerState::kCanceling);
-  } else if (registry_->budget().ShedOnRelease(server)) {
+  } else if (host_->budget().ShedOnRelease(server)) {
     // Closed: the pod holds more of its database than the controller's share.
   } else if (server->close_on_release() ||
-             registry_->budget().PodServers(this) >
+             host_->budget().PodServers(*this) >
                  pool_size() + context_.config().EffectiveReservePoolSize(db_)) {
     // Over the pod's size (a reload made the pool smaller).
     server->Close("pool over size");
@@ -648,15 +443,15 @@ void Pool::LeaveQueue(ClientConn* client) {
 void Pool::RemoveServer(ServerConn* server) {
   if (server == welcome_prober_) welcome_prober_ = nullptr;
   const ServerState old_state = server->state();
-  ClientConn* client = server->client();
+  ClientConn* client = ClientOf(server);
   if (client != nullptr) {
     server->Detach();
     client->Detach();
     MoveClient(client, ClientState::kIdle);
   }
   MoveServer(server, ServerState::kClosed);
-  registry_->budget().Closed(server->room());
-  registry_->DeleteServer(server);
+  host_->budget().Closed(server->room());
+  host_->DeleteServer(server);
   if (servers_.size(ServerState::kIdle) + servers_.size(ServerState::kActive) +
           servers_.size(ServerState::kTesting) + servers_.size(ServerState::kCanceling) +
           servers_.size(ServerState::kDraining) + servers_.size(ServerState::kListening) ==
@@ -775,7 +570,7 @@ void Pool::Maintain(absl::Time now) {
   // Linked clients: query_timeout and idle_transaction_timeout.
   std::vector<std::pair<ClientConn*, bool>> timed_out;  // (client, is_query_timeout)
   for (ServerConn* s : servers_.In({ServerState::kActive})) {
-    ClientConn* c = s->client();
+    ClientConn* c = ClientOf(s);
     if (c == nullptr) continue;
     if (pc.query_timeout > absl::ZeroDuration() && s->query_in_progress() &&
         now - s->query_started_at() > pc.query_timeout) {
@@ -799,7 +594,7 @@ void Pool::Maintain(absl::Time now) {
       to_close.emplace_back(s, "connect timeout");
   }
   // min_pool_size is the pod's: idle servers close while the pod keeps more than that.
-  int count = registry_->budget().PodServers(this);
+  int count = host_->budget().PodServers(*this);
   const int min_size = context_.config().EffectiveMinPoolSize(db_);
   for (auto* s = servers_[ServerState::kIdle].back(); s != nullptr;
        s = static_cast<ServerConn*>(s->prev)) {

@@ -12,79 +12,31 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "pooler/auth/scram.h"
 #include "pooler/base/intrusive_list.h"
 #include "pooler/config/config.h"
-#include "pooler/pool/client_conn.h"
+#include "pooler/conn/client_conn.h"
 #include "pooler/pool/host_selector.h"
-#include "pooler/pool/listen_hub.h"
-#include "pooler/pool/relay.h"
+#include "pooler/listen/listen_hub.h"
+#include "pooler/relay/relay.h"
 #include "pooler/pool/server_budget.h"
-#include "pooler/pool/server_conn.h"
-#include "pooler/pool/stats.h"
-#include "pooler/pool/worker_context.h"
+#include "pooler/conn/linked_client.h"
+#include "pooler/conn/server_conn.h"
+#include "pooler/conn/stats.h"
+#include "pooler/conn/worker_context.h"
 
 namespace pgfleet::pool {
 
-class PoolRegistry;
+class PoolHost;
 
-// How pgfleet logs in to PostgreSQL as this pool's user.
-struct ServerCredentials {
-  std::string secret;  // plain, md5 hash or SCRAM secret (from config, auth_file or auth_query)
-  std::optional<auth::ScramKey> scram_client_key;  // recovered from a client's SCRAM login
-};
-
-// max_pinned_servers for one pool (relay.h's PinLimit), and pins counted by the reason that
-// first pinned each client's server. The limit is the pod's: every worker's pins of the pool are
-// counted in the pod's shared counts under the pool's pin key (a dead worker's returned by the
-// supervisor), so N workers never pin N times the limit; this worker's own count feeds SHOW POOLS
-// and the metrics, which add up over the workers.
-class PinnedServers final : public PinLimit {
+// Pool is the connections' PoolEvents and the budget's BudgetedPool; final, so that its own calls
+// of those virtuals are direct.
+class Pool final : public BudgetedPool {
  public:
-  PinnedServers(budget::PodServerCounts* pod, std::string key_text)
-      : pod_(pod), key_text_(std::move(key_text)) {}
-  bool MayPin() const override;
-  int limit() const override { return limit_; }
-  void OnPinChanged(bool pinned, uint32_t pin_mask) override;
-  void set_limit(int limit) { limit_ = limit; }
-  int pinned() const { return pinned_; }
-  uint64_t pins_total(PinReason reason) const { return pins_total_[static_cast<int>(reason)]; }
-
- private:
-  // The pod's count key, interned on first use (the worker has attached the pod's region by the
-  // time a client can pin); nullopt when the table is full: then only this worker counts.
-  std::optional<budget::PodServerCounts::Key> PodKey() const;
-
-  budget::PodServerCounts* pod_;
-  std::string key_text_;
-  mutable std::optional<budget::PodServerCounts::Key> key_;
-  mutable bool key_known_ = false;
-  int pinned_ = 0;
-  int limit_ = 1;
-  std::array<uint64_t, kPinReasonCount> pins_total_{};
-};
-
-class Pool {
- public:
-  Pool(PoolRegistry* registry, config::DatabaseConfig db, std::string user);
+  Pool(PoolHost* host, config::DatabaseConfig db, std::string user);
   ~Pool();
-
-  const config::DatabaseConfig& db() const { return db_; }
-  const std::string& user() const { return user_; }
-  // The user pgfleet logs in to the server as (db.user when forced).
-  const std::string& server_user() const { return db_.user.empty() ? user_ : db_.user; }
-  config::PoolMode mode() const { return mode_; }
-  // Named prepared statements are renamed and tracked per server (max_prepared_statements > 0,
-  // not session mode, where a client keeps its server and its statements).
-  bool tracks_prepared_statements() const;
-  // What every relay of this pool's servers works with.
-  const RelaySettings& relay_settings() const { return relay_settings_; }
-  WorkerContext& context() const { return context_; }
-  const PinnedServers& pinned_servers() const { return pins_; }
-  PinnedServers& pinned_servers_limit() { return pins_; }
-  ServerCredentials& credentials() { return credentials_; }
-  PoolStats& stats() { return stats_; }
 
   // Re-reads settings after a reload. Servers for a changed host/port/dbname are retired.
   void ApplyConfig(const config::DatabaseConfig& db);
@@ -92,60 +44,55 @@ class Pool {
   // --- client side ---
   // An authenticated client joins: welcomed at once when the server parameters are known,
   // otherwise after the first server logs in.
-  void AddClient(ClientConn* client);
+  void AddClient(ClientConn* client) override;
   // The client has messages to send: link it to a server now or queue it in arrival order.
-  void RequestServer(ClientConn* client);
+  void RequestServer(ClientConn* client) override;
   // The client is going away; unlinks its server and releases it, or, mid-query, drains it
   // (pool_abandon.cc).
-  void RemoveClient(ClientConn* client);
+  void RemoveClient(ClientConn* client) override;
   // A waiting client's queued query was cancelled and it has nothing else queued: it leaves the
   // queue (queued_cancel.h).
-  void LeaveQueue(ClientConn* client);
+  void LeaveQueue(ClientConn* client) override;
 
   // --- LISTEN hub (pool_listen.cc, docs/architecture.md "LISTEN hub") ---
-  // Idle clients' LISTEN/UNLISTEN go to the hub (session_state: track in transaction or
-  // statement pooling) instead of pinning a server each.
-  bool listen_hub_enabled() const { return relay_settings_.session == SessionTracking::kTrack; }
-  ListenHub& listen_hub() { return hub_; }
-  const ListenHub& listen_hub() const { return hub_; }
   // After every change to the hub: sends what it wrote to its server, gives its server back when
   // nobody listens, asks for one when it needs one, and hands out LISTEN answers that waited.
-  void SettleHub();
+  void SettleHub() override;
   // A message from the hub's server (ServerConn in kListening).
-  void OnHubServerMessage(uint8_t type, std::span<const uint8_t> body);
+  void OnHubServerMessage(uint8_t type, std::span<const uint8_t> body) override;
   // The UNLISTENs `client`'s finished transaction committed on its server
   // (ClientSession::unlistened) stop the hub's deliveries too.
-  void ApplyRelayedUnlistens(ClientConn* client);
+  void ApplyRelayedUnlistens(LinkedClient* client) override;
   // Clients listening through the hub and servers the hub holds (0 or 1) in this worker.
   size_t listening_client_count() const { return hub_.listener_count(); }
   size_t listening_server_count() const { return servers_.size(ServerState::kListening); }
 
   // --- server side ---
-  void OnServerConnected(ServerConn* server);
+  void OnServerConnected(ServerConn* server) override;
   // Login finished: learn parameters, welcome waiting clients, serve the queue.
-  void OnServerReady(ServerConn* server);
+  void OnServerReady(ServerConn* server) override;
   // Login failed with a server ErrorResponse (`error` is the whole message, to pass on).
   void OnServerLoginFailed(ServerConn* server, std::span<const uint8_t> error,
-                           bool fatal_for_clients);
+                           bool fatal_for_clients) override;
   // A logged-in server reported in_hot_standby (a promotion): when its host no longer fits
   // target_session_attrs, the host's servers leave every pool of the database.
-  void OnHotStandbyReport(ServerConn* server, bool in_hot_standby);
+  void OnHotStandbyReport(ServerConn* server, bool in_hot_standby) override;
   // A server failed a client's write as read-only (25006): for an entry that wants a writable
   // host, the server closes when released and the host's role is checked at the next login.
-  void OnReadOnlyError(ServerConn* server);
+  void OnReadOnlyError(ServerConn* server) override;
   // Servers of `address` close: idle ones now, the rest when released (their host changed role).
   void RetireHost(const config::HostAddress& address, std::string_view reason);
   // The database's hosts as this worker knows them (shared by its pools).
   const HostSelector& hosts() const { return hosts_; }
   // The linked transaction is over (release rule met) or a hidden check/reset finished.
-  void ReleaseServer(ServerConn* server);
+  void ReleaseServer(ServerConn* server) override;
   // The server socket is gone; unlink and forget it.
-  void RemoveServer(ServerConn* server);
+  void RemoveServer(ServerConn* server) override;
   // A server finished a test/reset query or a cancel and may serve again.
-  void MakeIdle(ServerConn* server);
+  void MakeIdle(ServerConn* server) override;
   // A draining server read more of what it owes, or a cancel for it landed: rolls back, returns
   // it to the pool or closes it once it can (pool_abandon.cc).
-  void ContinueDrain(ServerConn* server);
+  void ContinueDrain(ServerConn* server) override;
 
   // Queues `client` for an auth_query on one of this pool's servers (this pool's user is
   // auth.user).
@@ -157,7 +104,7 @@ class Pool {
 
   // Counts for SHOW POOLS / metrics / tests.
   size_t client_count() const { return clients_.total(); }
-  size_t waiting_count() const { return clients_.size(ClientState::kWaiting); }
+  size_t waiting_count() const override { return clients_.size(ClientState::kWaiting); }
   size_t active_client_count() const { return clients_.size(ClientState::kActive); }
   size_t idle_client_count() const { return clients_.size(ClientState::kIdle); }
   size_t welcome_client_count() const { return clients_.size(ClientState::kWelcome); }
@@ -192,12 +139,16 @@ class Pool {
   // Closes every idle server (RECONNECT, reload of connection settings).
   void CloseIdleServers(std::string_view reason);
   // An idle server of this pool to give up so another pool of the same database may open one.
-  bool EvictOneIdleServer();
+  bool EvictOneIdleServer() override;
+  int ServersInUseOrWanted() const override {
+    return static_cast<int>(active_server_count() + login_server_count() + testing_server_count() +
+                            listening_server_count() + servers_wanted());
+  }
 
   // --- one pool per pod (pool_handoff.cc) ---
   // This pool's keys in the pod's counts, interned once (again after a reload); nullopt when
   // the pod's table is full.
-  const std::optional<PodKeys>& PodKeysOf() const;
+  const std::optional<PodKeys>& PodKeysOf() const override;
 
   // A sibling worker has a client waiting and the pod is full: hand it an idle server (or, for one
   // that cannot move, close it and tell the sibling the room is free).
@@ -210,7 +161,7 @@ class Pool {
     ServeWaiting();
   }
   // A server went to a sibling: off the lists and deleted; its room moved with it.
-  void ForgetHandedOver(ServerConn* server);
+  void ForgetHandedOver(ServerConn* server) override;
 
   // --- admin console (pool_admin.cc) ---
   // PAUSE/KILL: while paused no client is given a server and no server is opened; clients queue
@@ -228,6 +179,11 @@ class Pool {
   void ForEachServer(const std::function<void(const ServerConn&)>& fn) const;
 
  private:
+  // A server's linked client. The pool links only its own clients (Link), and every one is a
+  // ClientConn: the server knows it only as the LinkedClient it writes to.
+  static ClientConn* ClientOf(const ServerConn* server) {
+    return static_cast<ClientConn*>(server->client());
+  }
   void Link(ClientConn* client, ServerConn* server);
   // An unlinked server whose client left and whose transaction is over: reset (session mode,
   // server_reset_query_always) or released.
@@ -291,17 +247,8 @@ class Pool {
   int pool_size() const;
   void UpdateRelaySettings();
 
-  PoolRegistry* registry_;  // opens and deletes servers; the budget and cancels
-  WorkerContext& context_;
-  HostSelector& hosts_;  // the registry's, for this database
-  config::DatabaseConfig db_;
-  std::string user_;
-  config::PoolMode mode_;
-  ServerCredentials credentials_;
-  PoolStats stats_;
-  RelaySettings relay_settings_;
-  PinnedServers pins_;
-  ListenHub hub_;
+  PoolHost* host_;       // opens and deletes servers; the budget and cancels
+  HostSelector& hosts_;  // the host's, for this database
   ServerConn* hub_server_ = nullptr;                    // kListening, or none
   absl::Time hub_wait_started_ = absl::InfinitePast();  // since when the hub wants a server
 
@@ -338,5 +285,8 @@ class Pool {
   mutable bool pod_keys_known_ = false;
   bool serve_scheduled_ = false;
 };
+
+// The worker's pools by (database, user).
+using PoolMap = absl::flat_hash_map<std::pair<std::string, std::string>, std::unique_ptr<Pool>>;
 
 }  // namespace pgfleet::pool

@@ -8,7 +8,7 @@
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/pool/pool.h"
-#include "pooler/pool/pool_registry.h"
+#include "pooler/pool/pool_host.h"
 
 namespace pgfleet::pool {
 
@@ -16,7 +16,7 @@ void Pool::AbandonServer(ServerConn* server, ClientConn* client) {
   const absl::Time now = context_.loop().now();
   protocol::StringSink ending;
   const bool reusable = server->relay().Abandon(now, ending);
-  CancelHandler& cancels = registry_->cancels();
+  CancelHandler& cancels = host_->cancels();
   // Its key keeps naming the query while the server runs it: a cancel the client sent just before
   // it left may reach this worker only now, forwarded by a sibling or another pod, and PostgreSQL
   // may have missed the one sent below (a backend not yet reading the query ignores it).
@@ -78,7 +78,7 @@ void Pool::ExpireDraining(absl::Time now) {
   for (ServerConn* server : servers_.In({ServerState::kDraining})) {
     if (now - server->drain_started_at() > limit) {
       // Its backend may still be running: one last cancel, sent whatever happens to the socket.
-      if (server->query_in_progress()) (void)registry_->cancels().CancelAbandonedQuery(*server);
+      if (server->query_in_progress()) (void)host_->cancels().CancelAbandonedQuery(*server);
       server->Close("not clean within server_connect_timeout after its client left");
       continue;
     }
@@ -88,7 +88,7 @@ void Pool::ExpireDraining(absl::Time now) {
     const size_t owed = server->relay().batches_owed();
     if (server->query_in_progress() && server->cancels_in_flight() == 0 &&
         server->repeat_cancel().Due(now, owed) &&
-        registry_->cancels().CancelQuery(*server, "abandoned_again")) {
+        host_->cancels().CancelQuery(*server, "abandoned_again")) {
       server->repeat_cancel().Sent(owed);
       ++context_.counters().cancels_repeated;
       PGFLEET_LOG(kInfo, "cancel_repeated", "server=", server->id(),

@@ -6,7 +6,7 @@
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/pool/pool.h"
-#include "pooler/pool/pool_registry.h"
+#include "pooler/pool/pool_host.h"
 
 namespace pgfleet::pool {
 
@@ -28,7 +28,7 @@ constexpr absl::Duration kSettle = absl::Microseconds(250);
 }  // namespace
 
 void Pool::AskSiblingForRoom() {
-  ServerMover* mover = registry_->server_mover();
+  ServerMover* mover = host_->server_mover();
   // Clients queued for a server, or logged in and waiting for the pool's first server to learn
   // what to welcome them with (a server that moves brings its login's parameters).
   const bool wanted = !clients_[ClientState::kWaiting].empty() ||
@@ -38,8 +38,8 @@ void Pool::AskSiblingForRoom() {
   if (now - sibling_asked_at_ < kAskAgainAfter) return;
   const auto keys = PodKeysOf();
   if (!keys.has_value()) return;
-  budget::PodServerCounts& pod = registry_->budget().pod();
-  const ServerBudget::FullBudgets full = registry_->budget().BudgetsFullFor(this);
+  budget::PodServerCounts& pod = host_->budget().pod();
+  const ServerBudget::FullBudgets full = host_->budget().BudgetsFullFor(*this);
   const bool pool_full = !full.database && !full.user;
   // The pool itself at its size in the pod: a sibling's idle server of it serves here. The
   // database's or the user's budget full: a sibling with an idle server in it (pools publish "has
@@ -64,13 +64,13 @@ void Pool::AskSiblingForRoom() {
 }
 
 void Pool::OfferIdleServerToSibling() {
-  if (registry_->server_mover() == nullptr || servers_[ServerState::kIdle].empty() ||
+  if (host_->server_mover() == nullptr || servers_[ServerState::kIdle].empty() ||
       !clients_[ClientState::kWaiting].empty()) {
     return;
   }
   const auto keys = PodKeysOf();
   if (!keys.has_value()) return;
-  budget::PodServerCounts& pod = registry_->budget().pod();
+  budget::PodServerCounts& pod = host_->budget().pod();
   // One load in the common case: nobody in the pod waits for this pool.
   if (pod.WaitingTotal(keys->pool) <= 0) return;
   if (const auto oldest = pod.OldestWaitingSibling(keys->pool)) GiveIdleServer(oldest->worker);
@@ -95,10 +95,10 @@ void Pool::GiveIdleServer(uint32_t to) {
 }
 
 bool Pool::YieldToSibling(ServerConn* server) {
-  if (registry_->server_mover() == nullptr) return false;
+  if (host_->server_mover() == nullptr) return false;
   const auto keys = PodKeysOf();
   if (!keys.has_value()) return false;
-  budget::PodServerCounts& pod = registry_->budget().pod();
+  budget::PodServerCounts& pod = host_->budget().pod();
   // Nobody else in the pod waits: the common case, one load.
   if (pod.WaitingTotal(keys->pool) <= published_waiting_) return false;
   // Every worker's clients wait for the pod's busy servers. A released server stays for this
@@ -115,10 +115,10 @@ bool Pool::YieldToSibling(ServerConn* server) {
 }
 
 bool Pool::HandOver(ServerConn* server, uint32_t to) {
-  ServerMover* mover = registry_->server_mover();
+  ServerMover* mover = host_->server_mover();
   if (mover == nullptr) return false;
   HandoffMessage message;
-  message.from = registry_->budget().pod().worker();
+  message.from = host_->budget().pod().worker();
   message.database = db_.name;
   message.user = user_;
   if (server->tls_established() || server->has_pending_output() || !server->in().empty() ||
@@ -136,7 +136,7 @@ bool Pool::HandOver(ServerConn* server, uint32_t to) {
   }
   message.kind = HandoffMessage::Kind::kServer;
   message.server = server->Describe();
-  ServerBudget& budget = registry_->budget();
+  ServerBudget& budget = host_->budget();
   // The count moves first: if this worker dies right after the send, the supervisor must not
   // give the room of a server the sibling now holds back to the pod.
   budget.MovedOut(server->room(), to);
@@ -152,15 +152,15 @@ bool Pool::HandOver(ServerConn* server, uint32_t to) {
 
 void Pool::ForgetHandedOver(ServerConn* server) {
   MoveServer(server, ServerState::kClosed);
-  registry_->DeleteServer(server);
+  host_->DeleteServer(server);
 }
 
 void Pool::AdoptServer(int fd, const ServerHandoff& moved) {
-  ServerConn* server = registry_->AdoptServer(this, fd, moved);
+  ServerConn* server = host_->AdoptServer(this, fd, moved);
   if (server == nullptr) {
     // Not registered: the sibling moved the room to us, give it back to the pod.
     if (const auto keys = PodKeysOf()) {
-      registry_->budget().pod().Release({keys->pool, keys->database, keys->user});
+      host_->budget().pod().Release({keys->pool, keys->database, keys->user});
     }
     return;
   }
@@ -171,7 +171,7 @@ void Pool::AdoptServer(int fd, const ServerHandoff& moved) {
   if (keys.has_value()) room.keys = *keys;
   room.database = db_.name;
   room.server_user = server_user();
-  registry_->budget().MovedIn(room);
+  host_->budget().MovedIn(room);
   server->set_room(std::move(room));
   servers_.Add(server);  // kIdle
   ++stats_.servers_adopted;

@@ -69,7 +69,7 @@ void Pool::OnHubServerMessage(uint8_t type, std::span<const uint8_t> body) {
   SettleHub();
 }
 
-void Pool::ApplyRelayedUnlistens(ClientConn* client) {
+void Pool::ApplyRelayedUnlistens(LinkedClient* client) {
   std::vector<std::string> unlistened = std::move(client->stream().session.unlistened);
   client->stream().session.unlistened.clear();
   hub_.ApplyUnlistened(client, unlistened);

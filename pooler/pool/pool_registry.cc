@@ -8,7 +8,7 @@
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/net/socket.h"
-#include "pooler/pool/server_conn.h"
+#include "pooler/conn/server_conn.h"
 #include "pooler/protocol/sqlstate.h"
 
 namespace pgfleet::pool {
@@ -17,7 +17,7 @@ PoolRegistry::PoolRegistry(net::EventLoop& loop, std::shared_ptr<const config::C
                            auth::Userlist userlist, uint32_t peer_id, base::RandomSource& random)
     : context_(loop, std::move(config), std::move(userlist), peer_id, random),
       cancels_(context_, *this),
-      budget_(context_, pools_, servers_by_id_),
+      budget_(context_, *this, servers_by_id_),
       client_budget_(context_.config().pool.max_client_conn),
       janitor_(context_, clients_, cancels_, pools_) {}
 

@@ -16,32 +16,36 @@
 #include "pooler/budget/client_budget.h"
 #include "pooler/config/config.h"
 #include "pooler/net/event_loop.h"
-#include "pooler/pool/admin_hook.h"
-#include "pooler/pool/cancel_handler.h"
-#include "pooler/pool/client_conn.h"
+#include "pooler/conn/admin_hook.h"
+#include "pooler/cancel/cancel_handler.h"
+#include "pooler/conn/client_conn.h"
 #include "pooler/pool/host_selector.h"
 #include "pooler/pool/janitor.h"
 #include "pooler/pool/pause_state.h"
 #include "pooler/pool/pool.h"
+#include "pooler/pool/pool_host.h"
 #include "pooler/pool/server_budget.h"
-#include "pooler/pool/server_mover.h"
-#include "pooler/pool/worker_context.h"
+#include "pooler/handoff/server_mover.h"
+#include "pooler/conn/worker_context.h"
 
 namespace pgfleet::pool {
 
-class PoolRegistry final : public ClientHost, public ServerDirectory {
+class PoolRegistry final : public ClientHost,
+                           public ServerDirectory,
+                           public PoolHost,
+                           public BudgetedPools {
  public:
   PoolRegistry(net::EventLoop& loop, std::shared_ptr<const config::Config> config,
                auth::Userlist userlist, uint32_t peer_id, base::RandomSource& random);
   ~PoolRegistry() override;
 
-  WorkerContext& context() { return context_; }
+  WorkerContext& context() override { return context_; }
   const WorkerContext& context() const { return context_; }
   // Shortcuts for the two things every caller reads.
   net::EventLoop& loop() { return context_.loop(); }
   const config::Config& config() const { return context_.config(); }
   CancelHandler& cancels() override { return cancels_; }
-  ServerBudget& budget() { return budget_; }
+  ServerBudget& budget() override { return budget_; }
   ClientBudget& client_budget() { return client_budget_; }
   // Databases paused by the admin console; GetOrCreatePool pauses new pools of those.
   PauseState& pause_state() { return pause_state_; }
@@ -53,28 +57,33 @@ class PoolRegistry final : public ClientHost, public ServerDirectory {
 
   // The pool for (database config, user), created on first use.
   Pool* GetOrCreatePool(const config::DatabaseConfig& db, const std::string& user) override;
+  // BudgetedPools: every pool of the worker, for the budget's sweeps.
+  void ForEachBudgetedPool(absl::FunctionRef<void(BudgetedPool&)> fn) override {
+    for (auto& [key, pool] : pools_) fn(*pool);
+  }
   const PoolMap& pools() const { return pools_; }
   // The hosts of database `db` as this worker knows them, created on first use; every pool of
   // the database shares them.
-  HostSelector& HostsFor(const config::DatabaseConfig& db);
+  HostSelector& HostsFor(const config::DatabaseConfig& db) override;
   const absl::flat_hash_map<std::string, std::unique_ptr<HostSelector>>& host_selectors() const {
     return hosts_by_database_;
   }
   // A server at `address` told its role (a login, or in_hot_standby reported later): every
   // database listing that host learns it, and those it no longer fits retire their servers there.
-  void OnHostRole(const config::HostAddress& address, bool in_hot_standby, absl::Time now);
+  void OnHostRole(const config::HostAddress& address, bool in_hot_standby,
+                  absl::Time now) override;
   // Every pool of database `name`.
   void ForEachPoolOf(std::string_view name, const std::function<void(Pool&)>& fn);
   // Opens a server connection for `pool` to `address` (the budget already agreed). Null when
   // connect fails at once.
-  ServerConn* OpenServer(Pool* pool, const config::HostAddress& address);
+  ServerConn* OpenServer(Pool* pool, const config::HostAddress& address) override;
   // A closed server leaves the directory; deleted after the event batch.
-  void DeleteServer(ServerConn* server);
+  void DeleteServer(ServerConn* server) override;
   // A server a sibling handed over, registered with the loop; null when it cannot be.
-  ServerConn* AdoptServer(Pool* pool, int fd, const ServerHandoff& moved);
+  ServerConn* AdoptServer(Pool* pool, int fd, const ServerHandoff& moved) override;
   // One pool per pod: the sibling hand-off sockets (null = no siblings) and what arrives on them
   // (`fd` is ours: a kServer's socket, else -1).
-  ServerMover* server_mover() const { return server_mover_; }
+  ServerMover* server_mover() const override { return server_mover_; }
   void set_server_mover(ServerMover* mover) { server_mover_ = mover; }
   void OnHandoff(HandoffMessage message, int fd);
   // A sibling's clients wait on a full database or user budget: close an idle server of a pool
@@ -113,7 +122,7 @@ class PoolRegistry final : public ClientHost, public ServerDirectory {
   void CloseAll(std::string_view reason);
   // After CloseAll nothing opens a server again (the janitor's min_pool_size would otherwise
   // open some while draining servers finish, and the worker would exit with them).
-  bool closed_all() const { return closed_all_; }
+  bool closed_all() const override { return closed_all_; }
   // Servers draining after their client left mid-query, in every pool.
   size_t draining_server_count() const;
 

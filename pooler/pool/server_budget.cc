@@ -7,8 +7,7 @@
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/net/event_loop.h"
-#include "pooler/pool/pool.h"
-#include "pooler/pool/server_conn.h"
+#include "pooler/conn/server_conn.h"
 
 namespace pgfleet::pool {
 
@@ -19,57 +18,57 @@ namespace {
 int64_t NowMicros() { return absl::ToUnixMicros(net::MonotonicNow()); }
 }  // namespace
 
-std::optional<PodKeys> ServerBudget::InternKeys(const Pool* pool) {
-  auto pool_key = pod_.Intern(PodServerCounts::PoolKeyText(pool->db().name, pool->user()));
-  auto db_key = pod_.Intern(PodServerCounts::DatabaseKeyText(pool->db().name));
-  auto user_key = pod_.Intern(PodServerCounts::UserKeyText(pool->server_user()));
+std::optional<PodKeys> ServerBudget::InternKeys(const BudgetedPool& pool) {
+  auto pool_key = pod_.Intern(PodServerCounts::PoolKeyText(pool.db().name, pool.user()));
+  auto db_key = pod_.Intern(PodServerCounts::DatabaseKeyText(pool.db().name));
+  auto user_key = pod_.Intern(PodServerCounts::UserKeyText(pool.server_user()));
   if (!pool_key || !db_key || !user_key) {
-    PGFLEET_LOG(kError, "pod_counts_full", "db=", base::LogQuote(pool->db().name),
-                " user=", base::LogQuote(pool->user()),
+    PGFLEET_LOG(kError, "pod_counts_full", "db=", base::LogQuote(pool.db().name),
+                " user=", base::LogQuote(pool.user()),
                 " note=", base::LogQuote("too many pools in the pod, or names too long"));
     return std::nullopt;
   }
   return PodKeys{*pool_key, *db_key, *user_key};
 }
 
-int ServerBudget::DatabaseLimit(const Pool* pool, PodServerCounts::Key database) {
-  const int configured = pool->db().max_db_connections;
+int ServerBudget::DatabaseLimit(const BudgetedPool& pool, PodServerCounts::Key database) {
+  const int configured = pool.db().max_db_connections;
   if (configured < 0) return -1;
   if (!db_caps_enabled_ || configured == 0) return configured;
   const int cap = pod_.EnforcedShare(database, NowMicros()).cap;
   return cap <= 0 ? -1 : std::min(cap, configured);
 }
 
-std::optional<ServerRoom> ServerBudget::Reserve(const Pool* pool, Purpose purpose) {
-  const auto& keys = pool->PodKeysOf();
+std::optional<ServerRoom> ServerBudget::Reserve(const BudgetedPool& pool, Purpose purpose) {
+  const auto& keys = pool.PodKeysOf();
   if (!keys.has_value()) return std::nullopt;
   const config::Config& config = context_.config();
-  int pool_limit = config.EffectivePoolSize(pool->db());
-  if (purpose == Purpose::kReserve) pool_limit += config.EffectiveReservePoolSize(pool->db());
-  if (purpose == Purpose::kMinPoolSize) pool_limit = config.EffectiveMinPoolSize(pool->db());
+  int pool_limit = config.EffectivePoolSize(pool.db());
+  if (purpose == Purpose::kReserve) pool_limit += config.EffectiveReservePoolSize(pool.db());
+  if (purpose == Purpose::kMinPoolSize) pool_limit = config.EffectiveMinPoolSize(pool.db());
   if (pool_limit <= 0) return std::nullopt;
   const int db_limit = DatabaseLimit(pool, keys->database);
-  const int user_limit = config.EffectiveMaxUserConnections(pool->server_user());
+  const int user_limit = config.EffectiveMaxUserConnections(pool.server_user());
   if (!pod_.TryReserve({{keys->pool, pool_limit},
                         {keys->database, db_limit},
                         {keys->user, user_limit < 0 ? -1 : user_limit}})) {
     return std::nullopt;
   }
-  ServerRoom room{*keys, pool->db().name, pool->server_user(), purpose == Purpose::kReserve};
+  ServerRoom room{*keys, pool.db().name, pool.server_user(), purpose == Purpose::kReserve};
   CountLocal(room, +1);
   return room;
 }
 
-std::optional<ServerRoom> ServerBudget::TryOpen(const Pool* pool, Purpose purpose) {
-  const auto& keys = pool->PodKeysOf();
+std::optional<ServerRoom> ServerBudget::TryOpen(const BudgetedPool& pool, Purpose purpose) {
+  const auto& keys = pool.PodKeysOf();
   if (!keys.has_value()) return std::nullopt;
   if (auto room = Reserve(pool, purpose)) return room;
   // Evicting another pool's idle server frees its database's and its user's room, never this
   // pool's: when the pool itself is at its size in the pod, nothing to evict for.
   const config::Config& config = context_.config();
   const int pool_size =
-      config.EffectivePoolSize(pool->db()) +
-      (purpose == Purpose::kReserve ? config.EffectiveReservePoolSize(pool->db()) : 0);
+      config.EffectivePoolSize(pool.db()) +
+      (purpose == Purpose::kReserve ? config.EffectiveReservePoolSize(pool.db()) : 0);
   if (purpose == Purpose::kMinPoolSize || pod_.Total(keys->pool) >= pool_size) return std::nullopt;
   if (!EvictIdleServerFor(pool)) return std::nullopt;
   return Reserve(pool, purpose);
@@ -99,8 +98,8 @@ void ServerBudget::ReleaseArrived(const std::string& database, const std::string
   if (pool_key && db_key && user_key) pod_.Release({*pool_key, *db_key, *user_key});
 }
 
-int ServerBudget::PodServers(const Pool* pool) {
-  const auto& keys = pool->PodKeysOf();
+int ServerBudget::PodServers(const BudgetedPool& pool) {
+  const auto& keys = pool.PodKeysOf();
   return keys.has_value() ? pod_.Total(keys->pool) : 0;
 }
 
@@ -119,30 +118,31 @@ int ServerBudget::UserServerCount(const std::string& user) const {
   return it == user_server_counts_.end() ? 0 : it->second;
 }
 
-ServerBudget::FullBudgets ServerBudget::BudgetsFullFor(const Pool* pool) {
-  const auto& keys = pool->PodKeysOf();
+ServerBudget::FullBudgets ServerBudget::BudgetsFullFor(const BudgetedPool& pool) {
+  const auto& keys = pool.PodKeysOf();
   if (!keys.has_value()) return {};
-  const int pool_size = context_.config().EffectivePoolSize(pool->db());
+  const int pool_size = context_.config().EffectivePoolSize(pool.db());
   if (pod_.Total(keys->pool) >= pool_size) return {};
   const int db_limit = DatabaseLimit(pool, keys->database);
-  const int user_limit = context_.config().EffectiveMaxUserConnections(pool->server_user());
+  const int user_limit = context_.config().EffectiveMaxUserConnections(pool.server_user());
   return {.database = db_limit < 0 || (db_limit > 0 && pod_.Total(keys->database) >= db_limit),
           .user = user_limit < 0 || (user_limit > 0 && pod_.Total(keys->user) >= user_limit)};
 }
 
-bool ServerBudget::EvictIdleServerFor(const Pool* pool) {
+bool ServerBudget::EvictIdleServerFor(const BudgetedPool& pool) {
   const FullBudgets full = BudgetsFullFor(pool);
   const bool database_full = full.database;
   const bool user_full = full.user;
   if (!database_full && !user_full) return false;
-  for (auto& [key, other] : pools_) {
-    if (other.get() == pool || other->waiting_count() > 0) continue;
+  bool evicted = false;
+  pools_.ForEachBudgetedPool([&](BudgetedPool& other) {
+    if (evicted || &other == &pool || other.waiting_count() > 0) return;
     // Closing one of `other`'s servers frees room only in the budgets the two pools share.
-    if (database_full && other->db().name != pool->db().name) continue;
-    if (user_full && other->server_user() != pool->server_user()) continue;
-    if (other->EvictOneIdleServer()) return true;
-  }
-  return false;
+    if (database_full && other.db().name != pool.db().name) return;
+    if (user_full && other.server_user() != pool.server_user()) return;
+    evicted = other.EvictOneIdleServer();
+  });
+  return evicted;
 }
 
 std::optional<int> ServerBudget::DatabaseCap(const std::string& db) {
@@ -167,16 +167,13 @@ int ServerBudget::EnforcePodShares() {
   // and the servers its clients wait for (a first login waiting for the welcome counts too:
   // a pod whose share is 0 would otherwise never report it, and wait for other pods to leave).
   absl::flat_hash_map<std::string, PodServerCounts::Key> databases;
-  for (const auto& [name, pool] : pools_) {
-    if (pool->db().max_db_connections <= 0) continue;
-    const auto& keys = pool->PodKeysOf();
-    if (!keys.has_value()) continue;
-    databases[pool->db().name] = keys->database;
-    pod_.SetDemand(keys->pool,
-                   static_cast<int>(pool->active_server_count() + pool->login_server_count() +
-                                    pool->testing_server_count() + pool->listening_server_count() +
-                                    pool->servers_wanted()));
-  }
+  pools_.ForEachBudgetedPool([&](BudgetedPool& pool) {
+    if (pool.db().max_db_connections <= 0) return;
+    const auto& keys = pool.PodKeysOf();
+    if (!keys.has_value()) return;
+    databases[pool.db().name] = keys->database;
+    pod_.SetDemand(keys->pool, pool.ServersInUseOrWanted());
+  });
   over_share_.clear();
   int closed = 0;
   for (const auto& [name, key] : databases) {
@@ -185,7 +182,7 @@ int ServerBudget::EnforcePodShares() {
     over_share_[name] = OverShare{key, share.cap};
     std::vector<ServerConn*> idle, listening, busy;
     for (const auto& [id, server] : servers_) {
-      if (server->pool()->db().name != name) continue;
+      if (server->room().database != name) continue;
       if (server->state() == ServerState::kIdle) idle.push_back(server);
       if (server->state() == ServerState::kListening) listening.push_back(server);
       if (server->state() == ServerState::kActive) busy.push_back(server);
@@ -209,7 +206,7 @@ int ServerBudget::EnforcePodShares() {
 
 bool ServerBudget::ShedOnRelease(ServerConn* server) {
   if (over_share_.empty()) return false;
-  auto it = over_share_.find(server->pool()->db().name);
+  auto it = over_share_.find(server->room().database);
   if (it == over_share_.end()) return false;
   return ShedServer(server, it->second.key, it->second.cap, "over the pod's budget share");
 }

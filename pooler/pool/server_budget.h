@@ -16,29 +16,44 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "pooler/budget/pod_server_counts.h"
-#include "pooler/pool/worker_context.h"
+#include "absl/functional/function_ref.h"
+#include "pooler/conn/pool_events.h"
+#include "pooler/conn/server_room.h"
+#include "pooler/conn/worker_context.h"
 
 namespace pgfleet::pool {
 
-class Pool;
 class ServerConn;
 
-using PoolMap = absl::flat_hash_map<std::pair<std::string, std::string>, std::unique_ptr<Pool>>;
 using ServerMap = absl::flat_hash_map<uint64_t, ServerConn*>;
 
-// The pod's count keys of one pool: its own, its database's and its server user's.
-struct PodKeys {
-  budget::PodServerCounts::Key pool = 0;
-  budget::PodServerCounts::Key database = 0;
-  budget::PodServerCounts::Key user = 0;
+// A pool as the budget sees it (Pool implements it): who it is (PoolEvents), its keys in the
+// pod's counts, and the servers it uses or wants. The budget never includes pool.h: the pool asks
+// the budget for room, and the budget reaches pools only through this.
+class BudgetedPool : public PoolEvents {
+ public:
+  // This pool's keys in the pod's counts, interned once (again after a reload); nullopt when the
+  // pod's table is full.
+  virtual const std::optional<PodKeys>& PodKeysOf() const = 0;
+  virtual size_t waiting_count() const = 0;
+  // Servers in use (linked, logging in, testing, listening) plus those its clients wait for:
+  // the demand the pod's lease reports for it.
+  virtual int ServersInUseOrWanted() const = 0;
+  // An idle server of this pool to give up so another pool of the same database may open one.
+  virtual bool EvictOneIdleServer() = 0;
+
+ protected:
+  using PoolEvents::PoolEvents;
+  ~BudgetedPool() = default;
 };
 
-// What one open server holds: its room in the pod's counts and in this worker's.
-struct ServerRoom {
-  PodKeys keys;
-  std::string database;     // this worker's count per database (caps, metrics)
-  std::string server_user;  // ... and per server user
-  bool reserve = false;     // opened with the reserve pool's room
+// The worker's pools, for the budget's sweeps (PoolRegistry implements it).
+class BudgetedPools {
+ public:
+  virtual void ForEachBudgetedPool(absl::FunctionRef<void(BudgetedPool&)> fn) = 0;
+
+ protected:
+  ~BudgetedPools() = default;
 };
 
 class ServerBudget {
@@ -48,7 +63,7 @@ class ServerBudget {
   enum class Purpose { kPoolSize, kReserve, kMinPoolSize };
 
   // `pools` and `servers` are the worker's (PoolRegistry's); they outlive the budget.
-  ServerBudget(const WorkerContext& context, const PoolMap& pools, const ServerMap& servers)
+  ServerBudget(const WorkerContext& context, BudgetedPools& pools, const ServerMap& servers)
       : context_(context), pools_(pools), servers_(servers) {}
 
   // Counts in the pod's region (created by the supervisor) as worker `worker` (its local peer
@@ -59,11 +74,11 @@ class ServerBudget {
   budget::PodServerCounts& pod() { return pod_; }
   // Interns `pool`'s keys in the pod's table (Pool::PodKeysOf keeps them); nullopt when the table
   // is full or a name too long (nothing may be opened).
-  std::optional<PodKeys> InternKeys(const Pool* pool);
+  std::optional<PodKeys> InternKeys(const BudgetedPool& pool);
 
   // Takes room for one more server of `pool` for `purpose`, in the pod and in this worker, or
   // returns nullopt. The room goes back with Closed (also when the connect fails).
-  std::optional<ServerRoom> TryOpen(const Pool* pool, Purpose purpose);
+  std::optional<ServerRoom> TryOpen(const BudgetedPool& pool, Purpose purpose);
   void Closed(const ServerRoom& room);
   // A server moved to sibling `to` / arrived from a sibling: the pod's totals stay, this worker's
   // counts follow the server.
@@ -74,7 +89,7 @@ class ServerBudget {
   // A server arrived for a database this worker no longer knows: its room goes back to the pod.
   void ReleaseArrived(const std::string& database, const std::string& user);
   // Servers of `pool` open in the whole pod.
-  int PodServers(const Pool* pool);
+  int PodServers(const BudgetedPool& pool);
   // Why `pool` cannot open a server although its own size has room: its database's budget and/or
   // its server user's is full in the pod. Both false when the pool itself is full (or there is
   // room).
@@ -82,7 +97,7 @@ class ServerBudget {
     bool database = false;
     bool user = false;
   };
-  FullBudgets BudgetsFullFor(const Pool* pool);
+  FullBudgets BudgetsFullFor(const BudgetedPool& pool);
 
   int DatabaseServerCount(const std::string& db) const;
   int UserServerCount(const std::string& user) const;
@@ -106,18 +121,18 @@ class ServerBudget {
  private:
   // The limit on the pod's servers of `pool`'s database for TryReserve: its max_db_connections,
   // or with caps on the pod's share (negative: nothing may be opened).
-  int DatabaseLimit(const Pool* pool, budget::PodServerCounts::Key database);
+  int DatabaseLimit(const BudgetedPool& pool, budget::PodServerCounts::Key database);
   // Closes `server` if the pod's claim on its database's excess allows it.
   bool ShedServer(ServerConn* server, budget::PodServerCounts::Key database, int cap,
                   std::string_view reason);
-  std::optional<ServerRoom> Reserve(const Pool* pool, Purpose purpose);
+  std::optional<ServerRoom> Reserve(const BudgetedPool& pool, Purpose purpose);
   // Frees room for `pool` by closing an idle server of another pool of this worker that shares
   // the full database or user. True when one was closed.
-  bool EvictIdleServerFor(const Pool* pool);
+  bool EvictIdleServerFor(const BudgetedPool& pool);
   void CountLocal(const ServerRoom& room, int delta);
 
   const WorkerContext& context_;
-  const PoolMap& pools_;
+  BudgetedPools& pools_;
   const ServerMap& servers_;
   budget::PodServerCounts pod_;
   absl::flat_hash_map<std::string, int> db_server_counts_;

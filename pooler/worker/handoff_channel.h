@@ -12,8 +12,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "pooler/net/event_loop.h"
-#include "pooler/pool/handoff_message.h"
-#include "pooler/pool/server_mover.h"
+#include "pooler/handoff/handoff_message.h"
+#include "pooler/handoff/server_mover.h"
 
 namespace pgfleet::worker {
 

@@ -8,7 +8,7 @@
 #include "peering/credentials.h"
 #include "pooler/base/log.h"
 #include "pooler/base/status_macros.h"
-#include "pooler/pool/client_conn.h"
+#include "pooler/conn/client_conn.h"
 #include "pooler/protocol/sqlstate.h"
 #include "pooler/worker/worker.h"
 

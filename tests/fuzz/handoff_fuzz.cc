@@ -1,4 +1,4 @@
-// Fuzzes DecodeHandoff (pooler/pool/handoff_message.h) on arbitrary bytes, as a worker receives
+// Fuzzes DecodeHandoff (pooler/handoff/handoff_message.h) on arbitrary bytes, as a worker receives
 // them from a sibling: it must never crash or read out of bounds (ASan/UBSan), and whatever
 // decodes must survive EncodeHandoff unchanged: it re-encodes to the very bytes it came from (the
 // format is canonical) and those decode to an equal message.
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "pooler/pool/handoff_message.h"
+#include "pooler/handoff/handoff_message.h"
 #include "tests/fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

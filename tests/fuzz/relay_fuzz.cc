@@ -1,4 +1,4 @@
-// Fuzzes the socket-free Relay (pooler/pool/relay.h) the way ClientConn and ServerConn drive it:
+// Fuzzes the socket-free Relay (pooler/relay/relay.h) the way ClientConn and ServerConn drive it:
 // one Relay linked to one ClientStream, fed a client's byte stream and a server's byte stream in
 // arbitrary chunks (1 byte up to everything pending), with the unconsumed rest of each fed again
 // with more bytes appended, as the shells keep it in their input buffers.
@@ -59,9 +59,9 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "pooler/pool/param_sync.h"
-#include "pooler/pool/prepared_statements.h"
-#include "pooler/pool/relay.h"
+#include "pooler/relay/param_sync.h"
+#include "pooler/relay/prepared_statements.h"
+#include "pooler/relay/relay.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/byte_sink.h"
 #include "pooler/protocol/frame.h"

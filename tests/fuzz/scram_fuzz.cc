@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "pooler/auth/scram.h"
-#include "pooler/auth/scram_internal.h"
+#include "pooler/auth/scram_primitives.h"
 #include "pooler/base/random.h"
 #include "tests/fuzz/fuzz_check.h"
 

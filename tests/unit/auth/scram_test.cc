@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "pooler/auth/scram_internal.h"
+#include "pooler/auth/scram_primitives.h"
 
 namespace pgfleet::auth {
 namespace {

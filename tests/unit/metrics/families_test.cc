@@ -5,7 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pooler/metrics/names.h"
-#include "pooler/pool/stats.h"
+#include "pooler/conn/stats.h"
 #include "prometheus/text_serializer.h"
 
 namespace pgfleet::metrics {

@@ -45,7 +45,7 @@ class ServerBudgetTest : public ::testing::Test {
 };
 
 bool Opens(ServerBudget& budget, Pool* pool, std::vector<ServerRoom>* rooms = nullptr) {
-  auto room = budget.TryOpen(pool, ServerBudget::Purpose::kPoolSize);
+  auto room = budget.TryOpen(*pool, ServerBudget::Purpose::kPoolSize);
   if (room.has_value() && rooms != nullptr) rooms->push_back(*room);
   return room.has_value();
 }
@@ -87,9 +87,9 @@ TEST_F(ServerBudgetTest, ThePoolSizeHoldsForThePodAndTheReserveAddsToIt) {
   const int size = registry_->config().EffectivePoolSize(reports->db());
   for (int i = 0; i < size; ++i) ASSERT_TRUE(Opens(budget(), reports)) << i;
   EXPECT_FALSE(Opens(budget(), reports));
-  EXPECT_EQ(budget().PodServers(reports), size);
+  EXPECT_EQ(budget().PodServers(*reports), size);
   // min_pool_size (0 here) opens nothing ahead of demand.
-  EXPECT_FALSE(budget().TryOpen(reports, ServerBudget::Purpose::kMinPoolSize).has_value());
+  EXPECT_FALSE(budget().TryOpen(*reports, ServerBudget::Purpose::kMinPoolSize).has_value());
 }
 
 TEST_F(ServerBudgetTest, ThePodsShareFromTheControllerCapsADatabaseOnceEnabled) {
@@ -108,7 +108,7 @@ TEST_F(ServerBudgetTest, ThePodsShareFromTheControllerCapsADatabaseOnceEnabled) 
   std::vector<ServerRoom> rooms;
   EXPECT_TRUE(Opens(budget(), app, &rooms));
   EXPECT_FALSE(Opens(budget(), app));
-  EXPECT_TRUE(budget().BudgetsFullFor(app).database);
+  EXPECT_TRUE(budget().BudgetsFullFor(*app).database);
   // A larger share never lifts the config's max_db_connections (2).
   budget().pod().PublishShare(*key, {.cap = 5, .floor = 0});
   EXPECT_TRUE(Opens(budget(), app, &rooms));

@@ -1,0 +1,235 @@
+// Client connection: the startup packet, TLS (SSLRequest or direct) and the start of
+// authentication, up to the client's pool or the console.
+#include "pooler/conn/client_conn.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include "absl/strings/match.h"
+#include "pooler/base/log.h"
+#include "pooler/base/strings.h"
+#include "pooler/conn/admin_hook.h"
+#include "pooler/conn/connection_output.h"
+#include "pooler/relay/idle_answer.h"
+#include "pooler/conn/pool_events.h"
+#include "pooler/cancel/queued_cancel.h"
+#include "pooler/conn/server_conn.h"
+#include "pooler/protocol/builders.h"
+#include "pooler/protocol/frame.h"
+#include "pooler/protocol/negotiation.h"
+#include "pooler/protocol/reader.h"
+#include "pooler/protocol/sqlstate.h"
+#include "pooler/protocol/stream_decoder.h"
+
+namespace pgfleet::pool {
+
+using base::AsBytes;
+
+void ClientConn::HandleStartupData() {
+  while (state_ == ClientState::kStartup && !in_.empty()) {
+    uint32_t length = 0;
+    auto result = protocol::PeekStartupLength(in_.Readable(), &length);
+    if (result == protocol::FrameResult::kNeedMore) return;
+    if (result == protocol::FrameResult::kProtocolError) {
+      ++context_.counters().protocol_errors;
+      Fatal(protocol::sqlstate::kProtocolViolation, "invalid startup packet layout");
+      return;
+    }
+    auto packet = protocol::ParseStartupPacket(in_.Readable().subspan(0, length));
+    in_.Consume(length);
+    if (!packet.ok()) {
+      ++context_.counters().protocol_errors;
+      Fatal(packet.status().code() == absl::StatusCode::kUnimplemented
+                ? protocol::sqlstate::kFeatureNotSupported
+                : protocol::sqlstate::kProtocolViolation,
+            base::Sv(packet.status().message()));
+      return;
+    }
+    if (packet->kind == protocol::StartupKind::kSslRequest ||
+        packet->kind == protocol::StartupKind::kGssEncRequest) {
+      // Bytes sent before our answer would be a buffer-stuffing attempt (CVE-2021-23222), and a
+      // second request inside TLS makes no sense.
+      if (!in_.empty() || tls() != nullptr) {
+        ++context_.counters().protocol_errors;
+        Fatal(protocol::sqlstate::kProtocolViolation, "unexpected data after encryption request");
+        return;
+      }
+      // GSS encryption is never offered; TLS when client_tls_sslmode is not disable. After 'N'
+      // the client may continue in plain text (or try the other kind).
+      const auto& context = context_.tls().client;
+      const bool tls = packet->kind == protocol::StartupKind::kSslRequest && context != nullptr;
+      const uint8_t answer = tls ? 'S' : 'N';
+      if (!Send({&answer, 1})) return Close("write failed");
+      if (!tls) continue;
+      if (has_pending_output()) return Close("write to client stalled");
+      if (auto status = StartTls(context); !status.ok()) {
+        PGFLEET_LOG(kWarning, "client_tls_failed", "client=", id_, " addr=", peer_address_,
+                    " error=", base::LogQuote(base::Sv(status.message())));
+        return Close("cannot start TLS");
+      }
+      ContinueHandshake();
+      return;
+    }
+    if (packet->kind == protocol::StartupKind::kCancelRequest) {
+      ++context_.counters().cancels_received;
+      if (!host_.cancels().AllowCancelFrom(peer_address_)) {
+        Close("cancel request rate limited");
+        return;
+      }
+      // Any length from 4 to 256 bytes (the parser checked): a 3.0 client's 4-byte key or a
+      // 3.2 client's 32-byte one; a length pgfleet never mints matches no key.
+      protocol::CancelKey key;
+      key.pid = packet->cancel_pid;
+      key.secret.assign(packet->cancel_secret.begin(), packet->cancel_secret.end());
+      (void)host_.cancels().HandleCancel(key, /*forwarded=*/false);
+      Close("cancel request");
+      return;
+    }
+    HandleStartupPacket(*packet);
+  }
+}
+
+void ClientConn::StartDirectTls() {
+  const auto& context = context_.tls().client;
+  if (context == nullptr || peer_address_ == "unix") {
+    // The client cannot read a plain-text error inside its TLS handshake: close, and say why
+    // here.
+    ++context_.counters().tls_handshake_failures;
+    PGFLEET_LOG(kWarning, "client_direct_tls_refused", "client=", id_, " addr=", peer_address_,
+                " reason=",
+                base::LogQuote(context == nullptr
+                                   ? "direct TLS (sslnegotiation=direct) but client TLS is not "
+                                     "configured (tls.client_tls_cert_file, client_tls_key_file)"
+                                   : "TLS is not used on unix sockets"));
+    Close("direct TLS refused");
+    return;
+  }
+  if (auto status = StartTls(context); !status.ok()) {
+    PGFLEET_LOG(kWarning, "client_tls_failed", "client=", id_, " addr=", peer_address_,
+                " error=", base::LogQuote(base::Sv(status.message())));
+    Close("cannot start TLS");
+    return;
+  }
+  direct_tls_ = true;
+  ContinueHandshake();
+}
+
+void ClientConn::ContinueHandshake() {
+  switch (ContinueTlsHandshake()) {
+    case HandshakeStatus::kInProgress:
+      return;
+    case HandshakeStatus::kFailed:
+      // A TLS client cannot read a plain-text FATAL; the alert OpenSSL sent says what failed.
+      ++context_.counters().tls_handshake_failures;
+      PGFLEET_LOG(kWarning, "client_tls_handshake_failed", "client=", id_, " addr=", peer_address_,
+                  " error=", base::LogQuote(tls()->error()));
+      Close("TLS handshake failed");
+      return;
+    case HandshakeStatus::kDone:
+      PGFLEET_LOG(kDebug, "client_tls", "client=", id_, " tls=", tls()->Description());
+      if (direct_tls_ && tls()->alpn() != "postgresql") {
+        // As PostgreSQL: direct TLS must name the protocol, or it could be another protocol's
+        // client talked into this port (ALPACA).
+        ++context_.counters().tls_handshake_failures;
+        PGFLEET_LOG(kWarning, "client_direct_tls_refused", "client=", id_, " addr=", peer_address_,
+                    " reason=\"no ALPN postgresql\"");
+        Close("direct TLS without ALPN postgresql");
+        return;
+      }
+      // The startup packet may have come with the last handshake flight.
+      HandleReadable();
+      return;
+  }
+}
+
+void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
+  const auto& config = context_.config();
+  const protocol::ProtocolAnswer protocol =
+      protocol::NegotiateProtocol(packet.protocol_version, packet.parameters);
+  protocol_version_ = protocol.version;
+  for (const auto& [name, value] : packet.parameters) {
+    if (name == "user") {
+      user_ = value;
+    } else if (name == "database") {
+      database_ = value;
+    } else if (absl::StartsWith(name, "_pq_.")) {
+      continue;  // listed in NegotiateProtocolVersion
+    } else if (int slot = context_.tracked_params().Find(name); slot >= 0) {
+      // As the server will report it (client_encoding=utf8 is reported as UTF8): what the client
+      // is told at login, and what a server's value is compared with.
+      stream_.params.Set(static_cast<size_t>(slot), CanonicalParamValue(name, value));
+    } else if (std::find(config.pool.ignore_startup_parameters.begin(),
+                         config.pool.ignore_startup_parameters.end(),
+                         name) != config.pool.ignore_startup_parameters.end()) {
+      continue;
+    } else if (name == "options" && value.empty()) {
+      continue;
+    } else {
+      Fatal(protocol::sqlstate::kProtocolViolation,
+            base::StrCat("unsupported startup parameter: ", name));
+      return;
+    }
+  }
+  if (protocol.negotiate) {
+    protocol::StringSink sink;
+    protocol::BuildNegotiateProtocolVersion(sink, protocol.version, protocol.unrecognized);
+    if (!Send(AsBytes(sink.bytes()))) return Close("write failed");
+  }
+  if (user_.empty()) {
+    Fatal(protocol::sqlstate::kInvalidAuthorization,
+          "no PostgreSQL user name specified in startup packet");
+    return;
+  }
+  if (database_.empty()) database_ = user_;
+  // Unix sockets never carry TLS (PostgreSQL answers 'N' there too) and stay on the host.
+  if (tls() == nullptr && peer_address_ != "unix" &&
+      ClientTlsRequired(config.tls.client_tls_sslmode)) {
+    ++context_.counters().clients_rejected_tls_required;
+    Fatal(protocol::sqlstate::kInvalidAuthorization,
+          base::StrCat("SSL required: pgfleet accepts only TLS connections (client_tls_sslmode=",
+                       config::SslModeName(config.tls.client_tls_sslmode),
+                       "); connect with sslmode=require or stronger"));
+    return;
+  }
+  if (!AdmitLogin()) return;
+  if (!holds_client_slot_) {
+    ++context_.counters().clients_rejected_max_client_conn;
+    Fatal(protocol::sqlstate::kTooManyConnections, "no more connections allowed (max_client_conn)");
+    return;
+  }
+  admin_console_ = database_ == kAdminDatabase && host_.admin_console() != nullptr;
+  if (admin_console_) {
+    if (!host_.admin_console()->MayConnect(user_)) {
+      ++context_.counters().login_failures;
+      Fatal(protocol::sqlstate::kInvalidAuthorization,
+            base::StrCat("not allowed to connect to the admin console: ", user_));
+      return;
+    }
+  } else if (!config.FindDatabase(database_).has_value()) {
+    ++context_.counters().login_failures;
+    Fatal(protocol::sqlstate::kInvalidCatalogName, base::StrCat("no such database: ", database_));
+    return;
+  }
+  BeginAuth();
+}
+
+void ClientConn::BeginAuth() {
+  const auto& config = context_.config();
+  if (EffectiveAuthType() == config::AuthType::kTrust) {
+    FinishLogin();
+    return;
+  }
+  auto it = context_.userlist().find(user_);
+  if (it != context_.userlist().end()) {
+    ContinueAuthWithSecret(it->second);
+    return;
+  }
+  if (!config.auth.query.empty() && !admin_console_) {
+    host_.MoveClient(this, ClientState::kAuthQuery);
+    host_.RunAuthQuery(this, *config.FindDatabase(database_));
+    return;
+  }
+  // Same message as for a wrong password, so user names cannot be probed.
+  ContinueAuthWithSecret("");
+}
+
+}  // namespace pgfleet::pool
