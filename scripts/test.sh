@@ -40,6 +40,10 @@ step() { echo "test.sh: [$SECONDS s] $*"; }
 step "layering"
 /usr/bin/python3 tests/layering/check_layering_test.py || failed=1
 /usr/bin/python3 scripts/check-layering.py || failed=1
+# The code's shape (scripts/check-structure.py): no include cycle between units in pooler/,
+# peering/ and cmd/, no .cc over 650 lines, no folder over 5,000 lines; its test plants each.
+/usr/bin/python3 tests/layering/check_structure_test.py || failed=1
+/usr/bin/python3 scripts/check-structure.py || failed=1
 
 # The tests (unit and integration) build and run once, in the sanitized clang build below (also
 # warnings as errors); this g++ build makes the release binaries that the drivers, the soak and the

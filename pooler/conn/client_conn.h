@@ -105,8 +105,10 @@ class ClientConn final : public LinkedClient, public base::ListNode {
   void set_holds_client_slot(bool v) { holds_client_slot_ = v; }
 
   absl::Time connected_at() const { return connected_at_; }
-  absl::Time wait_started_at() const { return wait_started_at_; }
-  void set_wait_started_at(absl::Time t) { wait_started_at_ = t; }
+  // Since when it waits for a server, on the loop's integer clock (net::EventLoop::now_us).
+  int64_t wait_started_at_us() const { return wait_started_at_us_; }
+  absl::Time wait_started_at() const { return absl::FromUnixMicros(wait_started_at_us_); }
+  void set_wait_started_at(int64_t now_us) { wait_started_at_us_ = now_us; }
   absl::Time last_activity_at() const { return last_activity_at_; }
 
   // Queues bytes for the client (admin console answers); false when the socket failed.
@@ -198,7 +200,7 @@ class ClientConn final : public LinkedClient, public base::ListNode {
   bool notifications_drop_logged_ = false;  // one log line per client, the count in the stats
 
   absl::Time connected_at_;
-  absl::Time wait_started_at_;
+  int64_t wait_started_at_us_ = 0;
   absl::Time last_activity_at_;
 };
 

@@ -26,8 +26,8 @@ class ServerConn::Observer final : public RelayObserver {
   void OnQueryAnswered() override {
     auto& stats = server_.pool_->stats();
     ++stats.queries;
-    stats.RecordQuery(static_cast<uint64_t>(
-        absl::ToInt64Microseconds(server_.loop_.now() - server_.relay_.query_started_at())));
+    stats.RecordQuery(static_cast<uint64_t>(server_.loop_.now_us() -
+                                            absl::ToUnixMicros(server_.relay_.query_started_at())));
   }
   void OnServerError(std::string_view sqlstate) override {
     ++server_.pool_->stats().errors;
@@ -58,8 +58,8 @@ ServerConn::ServerConn(net::EventLoop& loop, int fd, PoolEvents* pool, uint64_t 
       address_(std::move(address)),
       relay_(pool->relay_settings()),
       login_(pool->credentials(), pool->context().random(), pool->context().tracked_params()),
-      created_at_(loop.now()),
-      last_used_at_(loop.now()) {}
+      created_at_us_(loop.now_us()),
+      last_used_at_us_(loop.now_us()) {}
 
 ServerConn::ServerConn(net::EventLoop& loop, int fd, PoolEvents* pool, uint64_t id,
                        config::HostAddress address, const ServerHandoff& moved)
@@ -81,8 +81,8 @@ ServerConn::ServerConn(net::EventLoop& loop, int fd, PoolEvents* pool, uint64_t 
       statement_epoch = (epoch++)->second;
     relay_.statements().Adopt(statements.InternAt(moved.statements[i], statement_epoch));
   }
-  created_at_ = absl::FromUnixMicros(moved.created_at_us);
-  last_used_at_ = absl::FromUnixMicros(moved.last_used_at_us);
+  created_at_us_ = moved.created_at_us;
+  last_used_at_us_ = moved.last_used_at_us;
 }
 
 ServerConn::~ServerConn() = default;
@@ -91,8 +91,8 @@ ServerHandoff ServerConn::Describe() const {
   ServerHandoff out;
   out.backend_pid = backend_pid();
   out.backend_secret = backend_secret();
-  out.created_at_us = absl::ToUnixMicros(created_at_);
-  out.last_used_at_us = absl::ToUnixMicros(last_used_at_);
+  out.created_at_us = created_at_us_;
+  out.last_used_at_us = last_used_at_us_;
   out.host = address_.host;
   out.port = static_cast<uint32_t>(address_.port);
   out.login_params = login_params();
@@ -122,7 +122,7 @@ void ServerConn::Attach(LinkedClient* client) {
   client_ = client;
   relay_.Link(&client->stream());
   ++link_generation_;
-  linked_at_ = loop_.now();
+  linked_at_us_ = loop_.now_us();
 }
 
 void ServerConn::Detach() {
@@ -336,7 +336,7 @@ void ServerConn::ApplyLoginVerdict(const LoginVerdict& verdict) {
       }
       return;
     case Outcome::kReady:
-      last_used_at_ = loop_.now();
+      last_used_at_us_ = loop_.now_us();
       relay_.mutable_params() = login_.params();
       PGFLEET_LOG(kDebug, "server_login", "server=", id_, " db=", base::LogQuote(pool_->db().name),
                   " user=", base::LogQuote(pool_->user()), " backend_pid=", backend_pid());

@@ -78,10 +78,14 @@ class ServerConn final : public net::Connection, public base::ListNode {
   uint32_t backend_pid() const { return login_.backend_pid(); }
   const std::vector<uint8_t>& backend_secret() const { return login_.backend_secret(); }
 
-  absl::Time created_at() const { return created_at_; }
-  absl::Time last_used_at() const { return last_used_at_; }
-  void touch(absl::Time now) { last_used_at_ = now; }
-  absl::Time linked_at() const { return linked_at_; }
+  // Times are the loop's integer clock (net::EventLoop::now_us); the absl::Time forms are for
+  // what runs once a sweep or a SHOW, not once a transaction.
+  int64_t created_at_us() const { return created_at_us_; }
+  int64_t last_used_at_us() const { return last_used_at_us_; }
+  int64_t linked_at_us() const { return linked_at_us_; }
+  absl::Time created_at() const { return absl::FromUnixMicros(created_at_us_); }
+  absl::Time last_used_at() const { return absl::FromUnixMicros(last_used_at_us_); }
+  void touch(int64_t now_us) { last_used_at_us_ = now_us; }
   absl::Time query_started_at() const { return relay_.query_started_at(); }
 
   // The room this server holds in the pod's and the worker's counts (ServerBudget).
@@ -182,9 +186,9 @@ class ServerConn final : public net::Connection, public base::ListNode {
   std::string auth_query_secret_;
   std::string auth_query_error_;
 
-  absl::Time created_at_;
-  absl::Time last_used_at_;
-  absl::Time linked_at_;
+  int64_t created_at_us_;
+  int64_t last_used_at_us_;
+  int64_t linked_at_us_ = 0;
   absl::Time drain_started_at_;
   RepeatCancel repeat_cancel_;
 };

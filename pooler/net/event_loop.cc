@@ -33,7 +33,7 @@ class EventLoop::WakeHandler final : public IoHandler {
   EventLoop* loop_;
 };
 
-EventLoop::EventLoop() : now_(MonotonicNow()) {}
+EventLoop::EventLoop() : now_(MonotonicNow()), now_us_(absl::ToUnixMicros(now_)) {}
 
 EventLoop::~EventLoop() {
   if (wake_fd_ >= 0) close(wake_fd_);
@@ -176,6 +176,7 @@ absl::Status EventLoop::Run() {
       return absl::InternalError(base::StrCat("epoll_wait: ", strerror(errno)));
     }
     now_ = MonotonicNow();
+    now_us_ = absl::ToUnixMicros(now_);
     for (int i = 0; i < n; ++i) {
       auto* handler = static_cast<IoHandler*>(events[i].data.ptr);
       // A handler deleted earlier in this batch is parked in to_delete_, so the pointer is

@@ -51,6 +51,15 @@ void Pool::UpdateRelaySettings() {
     }
   }
   relay_settings_.pins = &pins_;
+  // TakeIdleServer's limits on the loop's integer clock (negative: off). server_check_query "-"
+  // turns the check off like a negative server_check_delay.
+  server_lifetime_us_ = pool_config.server_lifetime > absl::ZeroDuration()
+                            ? absl::ToInt64Microseconds(pool_config.server_lifetime)
+                            : -1;
+  server_check_delay_us_ =
+      pool_config.server_check_delay >= absl::ZeroDuration() && pool_config.server_check_query != "-"
+          ? absl::ToInt64Microseconds(pool_config.server_check_delay)
+          : -1;
   pins_.set_limit(context_.config().EffectiveMaxPinnedServers(db_));
 }
 
@@ -100,7 +109,7 @@ void Pool::AddClient(ClientConn* client) {
     return;
   }
   // Its wait for the pool's first server counts as waiting in the pod (PublishPodCounts).
-  client->set_wait_started_at(context_.loop().now());
+  client->set_wait_started_at(context_.loop().now_us());
   MoveClient(client, ClientState::kWelcome);
   if (login_server_count() == 0 && servers_[ServerState::kIdle].empty() &&
       !LaunchServer(ServerBudget::Purpose::kPoolSize) && CanLaunch()) {
@@ -110,7 +119,7 @@ void Pool::AddClient(ClientConn* client) {
 }
 
 void Pool::RequestServer(ClientConn* client) {
-  const absl::Time now = context_.loop().now();
+  const int64_t now = context_.loop().now_us();
   client->set_wait_started_at(now);
   if (clients_[ClientState::kWaiting].empty() && !paused_) {
     if (ServerConn* server = TakeIdleServer(now)) {
@@ -123,15 +132,14 @@ void Pool::RequestServer(ClientConn* client) {
 }
 
 void Pool::Link(ClientConn* client, ServerConn* server) {
-  const absl::Time now = context_.loop().now();
+  const int64_t now = context_.loop().now_us();
   MoveServer(server, ServerState::kActive);
   MoveClient(client, ClientState::kActive);
   server->Attach(client);
   client->Attach(server);
   // Backpressure belongs to a link: a server paused for its previous client reads again.
   server->SetReadEnabled(true);
-  stats_.RecordWait(
-      static_cast<uint64_t>(absl::ToInt64Microseconds(now - client->wait_started_at())));
+  stats_.RecordWait(static_cast<uint64_t>(now - client->wait_started_at_us()));
   ++stats_.server_assignments;
   std::string sql;
   bool sync = BuildParamSync(context_.tracked_params(), client->params(), server->params(), &sql);
@@ -151,17 +159,14 @@ void Pool::Link(ClientConn* client, ServerConn* server) {
   client->RelayToServer();
 }
 
-ServerConn* Pool::TakeIdleServer(absl::Time now) {
-  const auto& pool_config = context_.config().pool;
+ServerConn* Pool::TakeIdleServer(int64_t now) {
   while (ServerConn* server = servers_[ServerState::kIdle].front()) {
-    if (now - server->created_at() > pool_config.server_lifetime &&
-        pool_config.server_lifetime > absl::ZeroDuration()) {
+    if (server_lifetime_us_ > 0 && now - server->created_at_us() > server_lifetime_us_) {
       server->Close("server lifetime over");
       continue;
     }
-    if (pool_config.server_check_delay >= absl::ZeroDuration() &&
-        now - server->last_used_at() > pool_config.server_check_delay &&
-        pool_config.server_check_query != "-") {
+    if (server_check_delay_us_ >= 0 && now - server->last_used_at_us() > server_check_delay_us_) {
+      const auto& pool_config = context_.config().pool;
       // Long idle: prove the connection still works before a client depends on it.
       server->touch(now);
       StartHiddenQuery(server, pool_config.server_check_query, "server check failed");
@@ -173,7 +178,7 @@ ServerConn* Pool::TakeIdleServer(absl::Time now) {
 }
 
 void Pool::ServeWaiting() {
-  const absl::Time now = context_.loop().now();
+  const int64_t now = context_.loop().now_us();
   while (!auth_query_waiters_.empty()) {
     ServerConn* server = TakeIdleServer(now);
     if (server == nullptr) break;
@@ -228,7 +233,7 @@ void Pool::RefreshWelcome(absl::Time now) {
   if (server == nullptr || now - server->last_used_at() < kWelcomeRefresh) return;
   welcome_refreshed_at_ = now;
   welcome_prober_ = server;
-  welcome_prober_last_used_ = server->last_used_at();
+  welcome_prober_last_used_ = server->last_used_at_us();
   StartHiddenQuery(server, pc.server_check_query, "server check failed");
 }
 
@@ -323,7 +328,7 @@ void Pool::PublishPodCounts() {
   published_idle_ = idle;
   published_waiting_ = waiting;
   // The queue is FIFO: its front waited longest.
-  const int64_t since = oldest != nullptr ? absl::ToUnixMicros(oldest->wait_started_at()) : 0;
+  const int64_t since = oldest != nullptr ? oldest->wait_started_at_us() : 0;
   if (since != published_oldest_wait_us_) {
     pod.SetOldestWait(keys->pool, since);
     published_oldest_wait_us_ = since;
@@ -335,7 +340,7 @@ void Pool::MakeIdle(ServerConn* server) {
     welcome_prober_ = nullptr;
     server->touch(welcome_prober_last_used_);
   } else {
-    server->touch(context_.loop().now());
+    server->touch(context_.loop().now_us());
   }
   if (server->close_on_release()) {
     server->Close("closed on release");
@@ -348,15 +353,14 @@ void Pool::MakeIdle(ServerConn* server) {
 }
 
 void Pool::ReleaseServer(ServerConn* server) {
-  const absl::Time now = context_.loop().now();
+  const int64_t now = context_.loop().now_us();
   ClientConn* client = ClientOf(server);
   if (client != nullptr && !client->stream().session.unlistened.empty()) {
     ApplyRelayedUnlistens(client);
   }
   if (client != nullptr) {
     ++stats_.transactions;
-    stats_.RecordTransaction(
-        static_cast<uint64_t>(absl::ToInt64Microseconds(now - server->linked_at())));
+    stats_.RecordTransaction(static_cast<uint64_t>(now - server->linked_at_us()));
     server->Detach();
     client->Detach();
     MoveClient(client, ClientState::kIdle);

@@ -223,7 +223,7 @@ class Pool final : public BudgetedPool {
   void MoveServer(ServerConn* server, ServerState to, bool front = false);
   void MoveClient(ClientConn* client, ClientState to);
   void PublishPodCounts();
-  ServerConn* TakeIdleServer(absl::Time now);
+  ServerConn* TakeIdleServer(int64_t now_us);
   void FailWelcomeClients(std::span<const uint8_t> error);
   // Logs each track_extra_parameters name the first server's login did not report.
   void WarnUnreportedTrackedParameters() const;
@@ -257,9 +257,14 @@ class Pool final : public BudgetedPool {
   // last used (restored when it is idle again, so idle timeouts count from its last real use).
   absl::Time welcome_refreshed_at_ = absl::InfinitePast();
   ServerConn* welcome_prober_ = nullptr;
-  absl::Time welcome_prober_last_used_;
+  int64_t welcome_prober_last_used_ = 0;
   std::vector<std::pair<std::string, std::string>> welcome_params_;
   ParamSet server_defaults_;
+
+  // TakeIdleServer's server_lifetime and server_check_delay in microseconds (negative: off), kept
+  // by UpdateRelaySettings.
+  int64_t server_lifetime_us_ = -1;
+  int64_t server_check_delay_us_ = -1;
 
   ClientLists clients_{ClientState::kWelcome, ClientState::kIdle, ClientState::kWaiting,
                        ClientState::kActive};
