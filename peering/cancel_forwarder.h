@@ -21,8 +21,8 @@
 #include "peering/fleet_directory.h"
 #include "peering/peer_directory.h"
 #include "pgfleet/peering/v1/peering.grpc.pb.h"
-#include "pooler/net/event_loop.h"
 #include "pooler/cancel/cancel_registry.h"
+#include "pooler/net/event_loop.h"
 
 namespace pgfleet::peering {
 

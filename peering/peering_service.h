@@ -13,8 +13,8 @@
 #include "absl/status/statusor.h"
 #include "peering/credentials.h"
 #include "pgfleet/peering/v1/peering.grpc.pb.h"
-#include "pooler/net/event_loop.h"
 #include "pooler/cancel/cancel_registry.h"
+#include "pooler/net/event_loop.h"
 
 namespace grpc {
 class Server;

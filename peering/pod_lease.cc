@@ -4,9 +4,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <map>
 #include <set>
@@ -14,7 +13,6 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-
 #include "pooler/base/log.h"
 #include "pooler/base/random.h"
 #include "pooler/base/status_macros.h"

@@ -2,14 +2,13 @@
 // tests. Not part of the auth API: callers outside pooler/auth use scram.h.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <array>
 
 namespace pgfleet::auth {
 

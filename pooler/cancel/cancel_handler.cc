@@ -6,9 +6,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "pooler/base/log.h"
-#include "pooler/net/socket.h"
 #include "pooler/conn/client_conn.h"
 #include "pooler/conn/server_conn.h"
+#include "pooler/net/socket.h"
 
 namespace pgfleet::pool {
 

@@ -5,9 +5,9 @@
 
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
-#include "pooler/net/socket.h"
-#include "pooler/conn/stats.h"
 #include "pooler/conn/server_conn.h"
+#include "pooler/conn/stats.h"
+#include "pooler/net/socket.h"
 #include "pooler/protocol/builders.h"
 
 namespace pgfleet::pool {

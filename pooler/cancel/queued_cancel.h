@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <span>
 
-#include "pooler/relay/relay.h"
 #include "pooler/protocol/byte_sink.h"
+#include "pooler/relay/relay.h"
 
 namespace pgfleet::pool {
 

@@ -7,11 +7,10 @@
 #include "absl/strings/match.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
+#include "pooler/cancel/queued_cancel.h"
 #include "pooler/conn/admin_hook.h"
 #include "pooler/conn/connection_output.h"
-#include "pooler/relay/idle_answer.h"
 #include "pooler/conn/pool_events.h"
-#include "pooler/cancel/queued_cancel.h"
 #include "pooler/conn/server_conn.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/frame.h"
@@ -19,6 +18,7 @@
 #include "pooler/protocol/reader.h"
 #include "pooler/protocol/sqlstate.h"
 #include "pooler/protocol/stream_decoder.h"
+#include "pooler/relay/idle_answer.h"
 
 namespace pgfleet::pool {
 

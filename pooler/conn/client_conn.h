@@ -15,13 +15,13 @@
 #include "pooler/conn/client_password.h"
 #include "pooler/conn/connection_state.h"
 #include "pooler/conn/linked_client.h"
-#include "pooler/relay/param_sync.h"
-#include "pooler/relay/relay.h"
 #include "pooler/conn/worker_context.h"
 #include "pooler/protocol/byte_sink.h"
 #include "pooler/protocol/cancel_key.h"
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/startup.h"
+#include "pooler/relay/param_sync.h"
+#include "pooler/relay/relay.h"
 
 namespace pgfleet::pool {
 
@@ -76,8 +76,7 @@ class ClientConn final : public LinkedClient, public base::ListNode {
   bool RelayToServer() override;
   // Continues after the auth_query answer: `found` false when no such user; `error` non-empty
   // when the query failed.
-  void OnAuthQueryResult(bool found, const std::string& secret,
-                         std::string_view error) override;
+  void OnAuthQueryResult(bool found, const std::string& secret, std::string_view error) override;
   void set_auth_query_server(ServerConn* server) override { auth_query_server_ = server; }
   // Sends AuthenticationOk, ParameterStatus, BackendKeyData and ReadyForQuery.
   void SendWelcome(const std::vector<std::pair<std::string, std::string>>& server_params,

@@ -7,10 +7,10 @@
 
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
-#include "pooler/net/socket.h"
-#include "pooler/conn/linked_client.h"
 #include "pooler/conn/connection_output.h"
+#include "pooler/conn/linked_client.h"
 #include "pooler/conn/pool_events.h"
+#include "pooler/net/socket.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/reader.h"

@@ -11,17 +11,17 @@
 
 #include "absl/time/time.h"
 #include "pooler/base/intrusive_list.h"
-#include "pooler/config/config.h"
-#include "pooler/net/connection.h"
-#include "pooler/conn/connection_state.h"
-#include "pooler/handoff/handoff_message.h"
-#include "pooler/relay/param_sync.h"
-#include "pooler/relay/relay.h"
 #include "pooler/cancel/repeat_cancel.h"
+#include "pooler/config/config.h"
+#include "pooler/conn/connection_state.h"
 #include "pooler/conn/server_login.h"
 #include "pooler/conn/server_room.h"
+#include "pooler/handoff/handoff_message.h"
+#include "pooler/net/connection.h"
 #include "pooler/protocol/backend.h"
 #include "pooler/protocol/byte_sink.h"
+#include "pooler/relay/param_sync.h"
+#include "pooler/relay/relay.h"
 
 namespace pgfleet::pool {
 

@@ -16,8 +16,8 @@
 
 #include "pooler/auth/scram.h"
 #include "pooler/base/random.h"
-#include "pooler/relay/param_sync.h"
 #include "pooler/protocol/byte_sink.h"
+#include "pooler/relay/param_sync.h"
 
 namespace pgfleet::pool {
 

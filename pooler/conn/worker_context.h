@@ -12,11 +12,11 @@
 #include "pooler/auth/userlist.h"
 #include "pooler/base/random.h"
 #include "pooler/config/config.h"
+#include "pooler/conn/stats.h"
+#include "pooler/conn/tls_policy.h"
 #include "pooler/net/event_loop.h"
 #include "pooler/relay/param_sync.h"
 #include "pooler/relay/prepared_statements.h"
-#include "pooler/conn/stats.h"
-#include "pooler/conn/tls_policy.h"
 
 namespace pgfleet::pool {
 

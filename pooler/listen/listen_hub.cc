@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "pooler/base/strings.h"
-#include "pooler/relay/relay.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/reader.h"
 #include "pooler/protocol/stream_decoder.h"
+#include "pooler/relay/relay.h"
 #include "pooler/sql/statement_classifier.h"
 
 namespace pgfleet::pool {

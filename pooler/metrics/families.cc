@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "pooler/metrics/names.h"
 #include "pooler/conn/stats.h"
+#include "pooler/metrics/names.h"
 
 namespace pgfleet::metrics {
 namespace {

@@ -11,8 +11,8 @@
 #include "pooler/base/log.h"
 #include "pooler/config/worker_share.h"
 #include "pooler/conn/client_conn.h"
-#include "pooler/pool/pool.h"
 #include "pooler/conn/server_conn.h"
+#include "pooler/pool/pool.h"
 
 namespace pgfleet::metrics {
 namespace {

@@ -2,11 +2,11 @@
 // wait too long, and each pool's maintenance (timeouts, min_pool_size, reserve pool, lifetimes).
 #pragma once
 
-#include "pooler/net/event_loop.h"
 #include "pooler/cancel/cancel_handler.h"
 #include "pooler/conn/client_conn.h"
-#include "pooler/pool/pool.h"
 #include "pooler/conn/worker_context.h"
+#include "pooler/net/event_loop.h"
+#include "pooler/pool/pool.h"
 
 namespace pgfleet::pool {
 

@@ -56,10 +56,10 @@ void Pool::UpdateRelaySettings() {
   server_lifetime_us_ = pool_config.server_lifetime > absl::ZeroDuration()
                             ? absl::ToInt64Microseconds(pool_config.server_lifetime)
                             : -1;
-  server_check_delay_us_ =
-      pool_config.server_check_delay >= absl::ZeroDuration() && pool_config.server_check_query != "-"
-          ? absl::ToInt64Microseconds(pool_config.server_check_delay)
-          : -1;
+  server_check_delay_us_ = pool_config.server_check_delay >= absl::ZeroDuration() &&
+                                   pool_config.server_check_query != "-"
+                               ? absl::ToInt64Microseconds(pool_config.server_check_delay)
+                               : -1;
   pins_.set_limit(context_.config().EffectiveMaxPinnedServers(db_));
 }
 
@@ -254,8 +254,7 @@ void Pool::ScheduleServeWaiting() {
 
 bool Pool::CanLaunch() const {
   const absl::Time now = context_.loop().now();
-  return !host_->closed_all() && !paused_ && now >= next_connect_allowed_ &&
-         hosts_.AnyToTry(now);
+  return !host_->closed_all() && !paused_ && now >= next_connect_allowed_ && hosts_.AnyToTry(now);
 }
 
 bool Pool::LaunchServer(ServerBudget::Purpose purpose) {

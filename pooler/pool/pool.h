@@ -18,14 +18,14 @@
 #include "pooler/base/intrusive_list.h"
 #include "pooler/config/config.h"
 #include "pooler/conn/client_conn.h"
-#include "pooler/pool/host_selector.h"
-#include "pooler/listen/listen_hub.h"
-#include "pooler/relay/relay.h"
-#include "pooler/pool/server_budget.h"
 #include "pooler/conn/linked_client.h"
 #include "pooler/conn/server_conn.h"
 #include "pooler/conn/stats.h"
 #include "pooler/conn/worker_context.h"
+#include "pooler/listen/listen_hub.h"
+#include "pooler/pool/host_selector.h"
+#include "pooler/pool/server_budget.h"
+#include "pooler/relay/relay.h"
 
 namespace pgfleet::pool {
 
@@ -247,9 +247,9 @@ class Pool final : public BudgetedPool {
   int pool_size() const;
   void UpdateRelaySettings();
 
-  PoolHost* host_;       // opens and deletes servers; the budget and cancels
-  HostSelector& hosts_;  // the host's, for this database
-  ServerConn* hub_server_ = nullptr;                    // kListening, or none
+  PoolHost* host_;                    // opens and deletes servers; the budget and cancels
+  HostSelector& hosts_;               // the host's, for this database
+  ServerConn* hub_server_ = nullptr;  // kListening, or none
   absl::Time hub_wait_started_ = absl::InfinitePast();  // since when the hub wants a server
 
   bool welcome_known_ = false;

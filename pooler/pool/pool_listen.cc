@@ -23,7 +23,7 @@ void Pool::SettleHub() {
     // UNLISTEN * was answered: the server listens on nothing and may serve anyone. (Its
     // settings are as the hub got it: the hub sends nothing but LISTEN and UNLISTEN.)
     ServerConn* server = std::exchange(hub_server_, nullptr);
-    server->touch(context_.loop().now());
+    server->touch(context_.loop().now_us());
     if (server->close_on_release()) {
       server->Close("closed on release");
     } else {
@@ -45,7 +45,7 @@ void Pool::SettleHub() {
 void Pool::GiveHubServer(ServerConn* server) {
   MoveServer(server, ServerState::kListening);
   hub_server_ = server;
-  server->touch(context_.loop().now());
+  server->touch(context_.loop().now_us());
   server->SetReadEnabled(true);
   PGFLEET_LOG(kDebug, "listen_hub_server", "server=", server->id(),
               " db=", base::LogQuote(db_.name), " user=", base::LogQuote(user_),

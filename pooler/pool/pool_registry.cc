@@ -7,8 +7,8 @@
 
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
-#include "pooler/net/socket.h"
 #include "pooler/conn/server_conn.h"
+#include "pooler/net/socket.h"
 #include "pooler/protocol/sqlstate.h"
 
 namespace pgfleet::pool {

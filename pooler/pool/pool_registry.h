@@ -14,19 +14,19 @@
 #include "pooler/auth/userlist.h"
 #include "pooler/base/random.h"
 #include "pooler/budget/client_budget.h"
-#include "pooler/config/config.h"
-#include "pooler/net/event_loop.h"
-#include "pooler/conn/admin_hook.h"
 #include "pooler/cancel/cancel_handler.h"
+#include "pooler/config/config.h"
+#include "pooler/conn/admin_hook.h"
 #include "pooler/conn/client_conn.h"
+#include "pooler/conn/worker_context.h"
+#include "pooler/handoff/server_mover.h"
+#include "pooler/net/event_loop.h"
 #include "pooler/pool/host_selector.h"
 #include "pooler/pool/janitor.h"
 #include "pooler/pool/pause_state.h"
 #include "pooler/pool/pool.h"
 #include "pooler/pool/pool_host.h"
 #include "pooler/pool/server_budget.h"
-#include "pooler/handoff/server_mover.h"
-#include "pooler/conn/worker_context.h"
 
 namespace pgfleet::pool {
 
@@ -70,8 +70,7 @@ class PoolRegistry final : public ClientHost,
   }
   // A server at `address` told its role (a login, or in_hot_standby reported later): every
   // database listing that host learns it, and those it no longer fits retire their servers there.
-  void OnHostRole(const config::HostAddress& address, bool in_hot_standby,
-                  absl::Time now) override;
+  void OnHostRole(const config::HostAddress& address, bool in_hot_standby, absl::Time now) override;
   // Every pool of database `name`.
   void ForEachPoolOf(std::string_view name, const std::function<void(Pool&)>& fn);
   // Opens a server connection for `pool` to `address` (the budget already agreed). Null when

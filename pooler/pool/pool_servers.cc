@@ -3,6 +3,7 @@
 #include "pooler/pool/pool.h"
 
 #include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "pooler/base/log.h"

@@ -6,8 +6,8 @@
 
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
-#include "pooler/net/event_loop.h"
 #include "pooler/conn/server_conn.h"
+#include "pooler/net/event_loop.h"
 
 namespace pgfleet::pool {
 

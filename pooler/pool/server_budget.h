@@ -14,9 +14,9 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "pooler/budget/pod_server_counts.h"
-#include "absl/functional/function_ref.h"
 #include "pooler/conn/pool_events.h"
 #include "pooler/conn/server_room.h"
 #include "pooler/conn/worker_context.h"

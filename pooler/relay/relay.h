@@ -22,11 +22,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
+#include "pooler/protocol/byte_sink.h"
+#include "pooler/protocol/stream_decoder.h"
 #include "pooler/relay/client_session.h"
 #include "pooler/relay/param_sync.h"
 #include "pooler/relay/prepared_statements.h"
-#include "pooler/protocol/byte_sink.h"
-#include "pooler/protocol/stream_decoder.h"
 
 namespace pgfleet::pool {
 

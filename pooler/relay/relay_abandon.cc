@@ -1,8 +1,8 @@
 // The relay's side of a client that went away mid-query: ending its unfinished work on the server
 // and telling when the server is clean again (docs/architecture.md, "Abandoned queries").
 #include "pooler/base/strings.h"
-#include "pooler/relay/relay.h"
 #include "pooler/protocol/builders.h"
+#include "pooler/relay/relay.h"
 
 namespace pgfleet::pool {
 namespace {

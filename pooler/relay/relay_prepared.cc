@@ -3,10 +3,10 @@
 #include <optional>
 
 #include "pooler/base/strings.h"
-#include "pooler/relay/relay.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/reader.h"
 #include "pooler/protocol/sqlstate.h"
+#include "pooler/relay/relay.h"
 #include "pooler/sql/statement_classifier.h"
 
 namespace pgfleet::pool {

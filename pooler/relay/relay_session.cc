@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "pooler/base/strings.h"
-#include "pooler/relay/relay.h"
 #include "pooler/protocol/backend.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/reader.h"
 #include "pooler/protocol/sqlstate.h"
+#include "pooler/relay/relay.h"
 #include "pooler/sql/statement_classifier.h"
 
 namespace pgfleet::pool {

@@ -11,9 +11,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "pooler/net/event_loop.h"
 #include "pooler/handoff/handoff_message.h"
 #include "pooler/handoff/server_mover.h"
+#include "pooler/net/event_loop.h"
 
 namespace pgfleet::worker {
 

@@ -59,14 +59,14 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "pooler/relay/param_sync.h"
-#include "pooler/relay/prepared_statements.h"
-#include "pooler/relay/relay.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/byte_sink.h"
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/reader.h"
 #include "pooler/protocol/stream_decoder.h"
+#include "pooler/relay/param_sync.h"
+#include "pooler/relay/prepared_statements.h"
+#include "pooler/relay/relay.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {

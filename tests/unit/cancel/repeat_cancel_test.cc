@@ -68,5 +68,5 @@ TEST(RepeatCancelTest, ProgressAfterSlowCancelsBringsTheFirstWaitBack) {
   EXPECT_EQ(repeat.wait_without_progress(), RepeatCancel::kFirstWait);
 }
 
-}  // namespace
+}  // namespace repeat_cancel_test
 }  // namespace pgfleet::pool

@@ -435,5 +435,5 @@ TEST_F(ServerLoginTest, FailedByPgfleetIsAFatalForClients) {
                         "server refused the TLS request");
 }
 
-}  // namespace
+}  // namespace server_login_test
 }  // namespace pgfleet::pool

@@ -1,6 +1,6 @@
-// Tests for pooler/handoff/handoff_message.h: every kind round-trips (binary secrets, empty strings),
-// statements give way when a server would not fit in one message, and malformed bytes (every
-// truncation, trailing bytes, bad version/kind/flag, forged counts) are errors.
+// Tests for pooler/handoff/handoff_message.h: every kind round-trips (binary secrets, empty
+// strings), statements give way when a server would not fit in one message, and malformed bytes
+// (every truncation, trailing bytes, bad version/kind/flag, forged counts) are errors.
 #include "pooler/handoff/handoff_message.h"
 
 #include <string>

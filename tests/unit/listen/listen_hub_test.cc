@@ -9,8 +9,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pooler/relay/relay.h"
 #include "pooler/protocol/builders.h"
+#include "pooler/relay/relay.h"
 #include "tests/unit/protocol/test_bytes.h"
 
 namespace pgfleet::pool {
@@ -379,5 +379,5 @@ TEST(ClientSessionTest, UnlistensThroughTheRelayAreRecordedForTheHub) {
   EXPECT_THAT(session.unlistened, ElementsAre("a", "", ""));
 }
 
-}  // namespace
+}  // namespace listen_hub_test
 }  // namespace pgfleet::pool

@@ -4,8 +4,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pooler/metrics/names.h"
 #include "pooler/conn/stats.h"
+#include "pooler/metrics/names.h"
 #include "prometheus/text_serializer.h"
 
 namespace pgfleet::metrics {

@@ -7,8 +7,8 @@
 
 #include "gtest/gtest.h"
 #include "pooler/listen/listen_hub.h"
-#include "pooler/relay/relay.h"
 #include "pooler/protocol/builders.h"
+#include "pooler/relay/relay.h"
 #include "tests/unit/protocol/test_bytes.h"
 
 namespace pgfleet::pool {

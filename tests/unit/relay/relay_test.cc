@@ -788,5 +788,5 @@ TEST(RelayTest, IdleDeallocateOfARenamedStatementIsAnsweredLocally) {
             ParseComplete() + BindComplete() + NoData() + Complete("DEALLOCATE") + Ready('I'));
 }
 
-}  // namespace
+}  // namespace relay_test
 }  // namespace pgfleet::pool::relay_testing

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "pooler/relay/relay.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/sqlstate.h"
+#include "pooler/relay/relay.h"
 #include "tests/unit/protocol/test_bytes.h"
 
 namespace pgfleet::pool::relay_testing {
