@@ -12,7 +12,9 @@
 
 namespace pgfleet::pool {
 
-CancelHandler::~CancelHandler() = default;
+CancelHandler::~CancelHandler() {
+  for (net::EventLoop::TimerId timer : retry_timers_) context_.loop().CancelTimer(timer);
+}
 
 protocol::CancelKey CancelHandler::MintCancelKey(ClientConn* client, size_t secret_size) {
   protocol::CancelKey key;
@@ -112,15 +114,71 @@ CancelOutcome CancelHandler::HandleCancel(const protocol::CancelKey& key, bool f
 }
 
 bool CancelHandler::CancelQuery(ServerConn& server, std::string_view why) {
+  const absl::Time now = context_.loop().now();
+  if (!StartCancel(server, 1, now)) {
+    // Refused at once (no listener there this instant): retried like a failed connect, with the
+    // server held meanwhile.
+    if (!ScheduleRetry(server.id(), server.link_generation(), 1, now)) return false;
+    server.AddCancelInFlight();
+  }
+  PGFLEET_LOG(kDebug, "cancel_started", "server=", server.id(), " why=", why);
+  return true;
+}
+
+bool CancelHandler::StartCancel(ServerConn& server, int attempt, absl::Time first_started_at) {
   auto fd = net::ConnectTo(server.address().host, server.address().port);
   if (!fd.ok()) return false;
-  auto request = std::make_unique<CancelRequestConn>(context_.loop(), *fd, this, server.id(),
-                                                     server.link_generation());
+  auto request = std::make_unique<CancelRequestConn>(
+      context_.loop(), *fd, this, server.id(), server.link_generation(), attempt, first_started_at);
   if (!request->Register(/*connecting=*/true).ok()) return false;
   server.AddCancelInFlight();
-  PGFLEET_LOG(kDebug, "cancel_started", "server=", server.id(), " why=", why);
   Track(std::move(request));
   return true;
+}
+
+bool CancelHandler::RetryCancel(const CancelRequestConn& failed) {
+  return ScheduleRetry(failed.server_id(), failed.link_generation(), failed.attempt(),
+                       failed.first_started_at());
+}
+
+bool CancelHandler::ScheduleRetry(uint64_t server_id, uint64_t link_generation, int failed_attempt,
+                                  absl::Time first_started_at) {
+  // Within cancel_wait_timeout of the first attempt: after 50 ms, doubling to at most a second.
+  const absl::Duration backoff =
+      std::min(absl::Milliseconds(50) * (1 << std::min(failed_attempt - 1, 5)), absl::Seconds(1));
+  if (context_.loop().now() + backoff - first_started_at >
+      context_.config().pool.cancel_wait_timeout) {
+    return false;
+  }
+  PGFLEET_LOG(kInfo, "cancel_retry", "server=", server_id, " attempt=", failed_attempt + 1,
+              " backoff_ms=", absl::ToInt64Milliseconds(backoff));
+  auto timer = std::make_shared<net::EventLoop::TimerId>(0);
+  *timer = context_.loop().RunAfter(
+      backoff, [this, timer, server_id, link_generation, failed_attempt, first_started_at] {
+        retry_timers_.erase(*timer);
+        RunRetry(server_id, link_generation, failed_attempt + 1, first_started_at);
+      });
+  retry_timers_.insert(*timer);
+  return true;
+}
+
+void CancelHandler::RunRetry(uint64_t server_id, uint64_t link_generation, int attempt,
+                             absl::Time first_started_at) {
+  ServerConn* server = FindServer(server_id);
+  if (server == nullptr) return;
+  // This retry carries one hold on the server: a new request takes it over, or it is released.
+  if (server->link_generation() != link_generation || !server->query_in_progress()) {
+    ++context_.counters().cancels_dropped;
+    server->CancelFinished();
+    return;
+  }
+  if (StartCancel(*server, attempt, first_started_at)) {
+    server->CancelFinished();  // the new request took its own hold
+    return;
+  }
+  if (ScheduleRetry(server_id, link_generation, attempt, first_started_at)) return;  // kept
+  ++context_.counters().cancels_dropped;
+  server->CancelFinished();
 }
 
 bool CancelHandler::CancelAbandonedQuery(const ServerConn& server) {

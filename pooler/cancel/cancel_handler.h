@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 #include "pooler/cancel/cancel_request.h"
 #include "pooler/cancel/rate_limiter.h"
@@ -64,12 +65,24 @@ class CancelHandler final : public ClientCancels, public CancelRequestOwner {
   ServerConn* FindServer(uint64_t id) const override { return servers_.FindServer(id); }
   WorkerCounters& counters() override { return context_.counters(); }
   void Forget(CancelRequestConn* request) override;
+  bool RetryCancel(const CancelRequestConn& failed) override;
   // Gives up on cancels that waited longer than pool.cancel_wait_timeout, and forgets the keys of
   // departed clients whose query is over (the janitor).
   void ExpireStale(absl::Time now);
 
  private:
   void Track(std::unique_ptr<CancelRequestConn> request);
+  // Connects a CancelRequest for `server`'s current query (CancelQuery and its retries); false
+  // when no connection could be started.
+  bool StartCancel(ServerConn& server, int attempt, absl::Time first_started_at);
+  // Schedules the attempt after `failed_attempt` once its backoff is over; false when that would
+  // end past cancel_wait_timeout from the first attempt.
+  bool ScheduleRetry(uint64_t server_id, uint64_t link_generation, int failed_attempt,
+                     absl::Time first_started_at);
+  // A retry whose backoff is over: a new request if the same link still runs a query, else the
+  // server's hold (which the retry carried) is released.
+  void RunRetry(uint64_t server_id, uint64_t link_generation, int attempt,
+                absl::Time first_started_at);
 
   WorkerContext& context_;
   const ServerDirectory& servers_;
@@ -91,6 +104,8 @@ class CancelHandler final : public ClientCancels, public CancelRequestOwner {
   absl::flat_hash_map<protocol::CancelKey, AbandonedQuery> abandoned_;
   absl::flat_hash_map<CancelRequestConn*, std::unique_ptr<CancelRequestConn>> requests_;
   RateLimiter limiter_{0};
+  // Cancel retries waiting for their backoff (cancelled with the handler).
+  absl::flat_hash_set<net::EventLoop::TimerId> retry_timers_;
 };
 
 }  // namespace pgfleet::pool

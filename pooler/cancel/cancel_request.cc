@@ -13,12 +13,15 @@
 namespace pgfleet::pool {
 
 CancelRequestConn::CancelRequestConn(net::EventLoop& loop, int fd, CancelRequestOwner* handler,
-                                     uint64_t server_id, uint64_t link_generation)
+                                     uint64_t server_id, uint64_t link_generation, int attempt,
+                                     absl::Time first_started_at)
     : net::Connection(loop, fd),
       handler_(handler),
       server_id_(server_id),
       link_generation_(link_generation),
-      started_at_(loop.now()) {}
+      started_at_(loop.now()),
+      first_started_at_(first_started_at == absl::InfinitePast() ? started_at_ : first_started_at),
+      attempt_(attempt) {}
 
 CancelRequestConn::CancelRequestConn(net::EventLoop& loop, int fd, CancelRequestOwner* handler,
                                      uint32_t backend_pid, std::vector<uint8_t> backend_secret)
@@ -29,13 +32,22 @@ CancelRequestConn::CancelRequestConn(net::EventLoop& loop, int fd, CancelRequest
       unconditional_(true),
       backend_pid_(backend_pid),
       backend_secret_(std::move(backend_secret)),
-      started_at_(loop.now()) {}
+      started_at_(loop.now()),
+      first_started_at_(started_at_) {}
 
 void CancelRequestConn::OnIoEvent(uint32_t events) {
   if (closed()) return;
   if (!sent_) {
     if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0) return;
-    if (net::PendingSocketError(fd_) != 0) return Finish("connect failed");
+    if (net::PendingSocketError(fd_) != 0) {
+      // A linked client's cancel is worth another connection (a listen backlog full for a
+      // moment, a proxy restarting): the owner retries with the server's hold kept.
+      if (!unconditional_ && handler_->RetryCancel(*this)) {
+        server_id_ = 0;  // the hold moved to the retry: Finish must not release it
+        return Finish("connect failed, retrying");
+      }
+      return Finish("connect failed");
+    }
     connecting_ = false;
     protocol::StringSink sink;
     if (unconditional_) {

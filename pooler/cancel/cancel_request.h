@@ -22,6 +22,9 @@ class CancelRequestOwner {
   virtual WorkerCounters& counters() = 0;
   // The request is over: the owner deletes it.
   virtual void Forget(CancelRequestConn* request) = 0;
+  // The connection to PostgreSQL failed before the request went out: the owner may try again,
+  // keeping the server's hold (ServerConn::AddCancelInFlight). False: give up.
+  virtual bool RetryCancel(const CancelRequestConn& failed) = 0;
 
  protected:
   ~CancelRequestOwner() = default;
@@ -29,8 +32,10 @@ class CancelRequestOwner {
 
 class CancelRequestConn final : public net::Connection {
  public:
+  // `attempt` counts from 1; `first_started_at` is the first attempt's start (retries keep it).
   CancelRequestConn(net::EventLoop& loop, int fd, CancelRequestOwner* handler, uint64_t server_id,
-                    uint64_t link_generation);
+                    uint64_t link_generation, int attempt = 1,
+                    absl::Time first_started_at = absl::InfinitePast());
   // A cancel for a backend pgfleet is abandoning (query_timeout): sent without checks, because the
   // server connection is closed right after and must not keep running the query.
   CancelRequestConn(net::EventLoop& loop, int fd, CancelRequestOwner* handler, uint32_t backend_pid,
@@ -39,6 +44,10 @@ class CancelRequestConn final : public net::Connection {
   // Ends the request (sent, refused or timed out) and releases the server's cancel hold.
   void Finish(std::string_view outcome);
   absl::Time started_at() const { return started_at_; }
+  absl::Time first_started_at() const { return first_started_at_; }
+  uint64_t server_id() const { return server_id_; }
+  uint64_t link_generation() const { return link_generation_; }
+  int attempt() const { return attempt_; }
 
  private:
   CancelRequestOwner* handler_;
@@ -49,6 +58,8 @@ class CancelRequestConn final : public net::Connection {
   uint32_t backend_pid_ = 0;
   std::vector<uint8_t> backend_secret_;
   absl::Time started_at_;
+  absl::Time first_started_at_;
+  int attempt_ = 1;
 };
 
 }  // namespace pgfleet::pool

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "tests/integration/harness/fixtures.h"
 #include "tests/integration/harness/http_client.h"
+#include "tests/integration/harness/tcp_forwarder.h"
 
 namespace pgfleet::testing {
 namespace {
@@ -99,6 +100,39 @@ TEST_F(CancelTest, CancelStopsLongQueryWithinASecond) {
   EXPECT_EQ(SqlState(r), "57014");
   EXPECT_LT(elapsed, std::chrono::seconds(1));
   // The connection and its server remain usable.
+  EXPECT_EQ(Value(c, "SELECT 'after cancel'"), "after cancel");
+}
+
+// A client's cancel whose connection to PostgreSQL is refused (a listen queue full for a
+// moment, a proxy restarting) is retried: pgfleet's cancel reaches PostgreSQL once it accepts
+// again, and the query stops. It was dropped after the first refusal, and the query ran on.
+TEST_F(CancelTest, ACancelWhoseConnectionIsRefusedIsRetried) {
+  TcpForwarder forwarder(pg().port());
+  PgfleetProcess fleet(
+      absl::StrCat("workers: 1\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", forwarder.port(),
+                   "}\npool:\n  pool_mode: transaction\n  default_pool_size: 2\n"));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(c));
+  ASSERT_EQ(PQsendQuery(c.get(), "SELECT pg_sleep(20)"), 1);
+  ASSERT_TRUE(WaitFor([&] {
+    return pg().QueryValue(
+               "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+               "query = 'SELECT pg_sleep(20)'") != "0";
+  }));
+  forwarder.StopAccepting();
+  const int accepted_before = forwarder.accepted();
+  const auto start = Clock::now();
+  ASSERT_TRUE(SendCancel(c.get()));
+  // pgfleet's CancelRequest to PostgreSQL is refused: the query still runs a while later.
+  EXPECT_EQ(NextResult(c.get(), std::chrono::milliseconds(400)), nullptr);
+  forwarder.ResumeAccepting();
+  ResultPtr r = NextResult(c.get(), std::chrono::seconds(5));
+  ASSERT_NE(r, nullptr) << "the cancel was not retried: the query ran on\n" << fleet.Log();
+  EXPECT_EQ(SqlState(r), "57014");
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  EXPECT_GT(forwarder.accepted(), accepted_before);  // the retry's connection
+  EXPECT_THAT(fleet.Log(), ::testing::HasSubstr("event=cancel_retry"));
+  while (PGresult* extra = PQgetResult(c.get())) PQclear(extra);
   EXPECT_EQ(Value(c, "SELECT 'after cancel'"), "after cancel");
 }
 
