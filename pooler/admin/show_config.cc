@@ -58,6 +58,8 @@ void ShowConfig(const config::Config& c, ResultSet* out) {
       Bool(dp.server_reset_query_always), true);
   row("server_check_query", p.server_check_query, dp.server_check_query, true);
   row("server_check_delay", Duration(p.server_check_delay), Duration(dp.server_check_delay), true);
+  row("server_connection_check_interval", Duration(p.server_connection_check_interval),
+      Duration(dp.server_connection_check_interval), true);
   row("server_lifetime", Duration(p.server_lifetime), Duration(dp.server_lifetime), true);
   row("server_idle_timeout", Duration(p.server_idle_timeout), Duration(dp.server_idle_timeout),
       true);

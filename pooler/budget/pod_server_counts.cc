@@ -92,12 +92,17 @@ absl::StatusOr<int> PodServerCounts::CreateSharedRegion() {
 }
 
 void PodServerCounts::ReleaseWorker(int region_fd, uint32_t worker) {
+  ReleaseHeld(region_fd, DetachWorker(region_fd, worker));
+}
+
+PodServerCounts::HeldServers PodServerCounts::DetachWorker(int region_fd, uint32_t worker) {
+  HeldServers held;
   Region* region = Map(region_fd);
-  if (region == nullptr) return;
+  if (region == nullptr) return held;
   worker %= kWorkers;
   for (uint32_t key = 0; key < kKeys; ++key) {
-    const int32_t held = region->open[worker][key].exchange(0);
-    if (held != 0) region->slots[key].total.fetch_sub(held);
+    const int32_t open = region->open[worker][key].exchange(0);
+    if (open != 0) held.open.emplace_back(key, open);
     const int32_t idle = region->idle[worker][key].exchange(0);
     if (idle != 0) region->slots[key].idle_total.fetch_sub(idle);
     region->oldest_wait[worker][key].store(0);
@@ -105,6 +110,15 @@ void PodServerCounts::ReleaseWorker(int region_fd, uint32_t worker) {
     if (waiting != 0) region->slots[key].waiting_total.fetch_sub(waiting);
     region->demand[worker][key].store(0);
   }
+  munmap(region, sizeof(Region));
+  return held;
+}
+
+void PodServerCounts::ReleaseHeld(int region_fd, const HeldServers& held) {
+  if (held.open.empty()) return;
+  Region* region = Map(region_fd);
+  if (region == nullptr) return;
+  for (const auto& [key, open] : held.open) region->slots[key].total.fetch_sub(open);
   munmap(region, sizeof(Region));
 }
 

@@ -44,6 +44,14 @@ class PodServerCounts {
   static absl::StatusOr<int> CreateSharedRegion();
   // Returns a dead worker's servers, idle counts and wants to the pod (supervisor, after waitpid).
   static void ReleaseWorker(int region_fd, uint32_t worker);
+  // The same in two steps: its idle counts and wants go back now, while its servers stay in the
+  // pod's totals (PostgreSQL may still run their backends) until ReleaseHeld. The worker's own
+  // counts are cleared at once, so a worker restarted in its slot starts from zero.
+  struct HeldServers {
+    std::vector<std::pair<Key, int32_t>> open;  // per key, the servers still counted
+  };
+  static HeldServers DetachWorker(int region_fd, uint32_t worker);
+  static void ReleaseHeld(int region_fd, const HeldServers& held);
 
   // A private region (no sibling sees it), as worker 1.
   PodServerCounts();

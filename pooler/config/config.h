@@ -140,6 +140,12 @@ struct PoolConfig {
   absl::Duration query_wait_timeout = absl::Seconds(120);
   absl::Duration idle_transaction_timeout = absl::ZeroDuration();
   absl::Duration cancel_wait_timeout = absl::Seconds(10);
+  // Sent to PostgreSQL at every server login as client_connection_check_interval (PostgreSQL
+  // 14+): a backend whose pgfleet connection closed (a worker or a pod killed) stops its query
+  // within this instead of running it to the end. A dead worker's servers stay counted in the
+  // pod's budget for twice this plus 250 ms, so that siblings open no servers while PostgreSQL
+  // still runs the orphaned backends. Zero: not sent, and a dead worker's room returns at once.
+  absl::Duration server_connection_check_interval = absl::Milliseconds(500);
   // SIGTERM/SIGINT: how long clients may finish their transactions before they are closed.
   absl::Duration shutdown_timeout = absl::Seconds(30);
   // Beyond the five always tracked (param_sync.h): by default every other parameter PostgreSQL

@@ -101,6 +101,7 @@ void CheckPool(const PoolConfig& pool, std::vector<Issue>& issues) {
       {"pool.query_wait_timeout", pool.query_wait_timeout},
       {"pool.idle_transaction_timeout", pool.idle_transaction_timeout},
       {"pool.cancel_wait_timeout", pool.cancel_wait_timeout},
+      {"pool.server_connection_check_interval", pool.server_connection_check_interval},
       {"pool.shutdown_timeout", pool.shutdown_timeout},
   };
   for (const auto& [key, value] : durations) CheckDuration(issues, key, value);

@@ -409,6 +409,7 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.Duration("query_wait_timeout", pool.query_wait_timeout);
   s.Duration("idle_transaction_timeout", pool.idle_transaction_timeout);
   s.Duration("cancel_wait_timeout", pool.cancel_wait_timeout);
+  s.Duration("server_connection_check_interval", pool.server_connection_check_interval);
   s.Duration("shutdown_timeout", pool.shutdown_timeout);
   pool.track_extra_parameters_configured = s.Has("track_extra_parameters");
   s.StringList("track_extra_parameters", pool.track_extra_parameters);

@@ -318,6 +318,11 @@ void ServerConn::SendStartup() {
   options.user = pool_->server_user();
   options.database = db.dbname;
   options.application_name = db.application_name;
+  const absl::Duration check = pool_->context().config().pool.server_connection_check_interval;
+  if (check > absl::ZeroDuration()) {
+    options.settings.emplace_back("client_connection_check_interval",
+                                  std::to_string(absl::ToInt64Milliseconds(check)));
+  }
   options.tls = tls_established();
   if (options.tls) options.server_end_point = [this] { return tls()->ServerEndPoint(); };
   protocol::StringSink sink;

@@ -36,6 +36,7 @@ void ServerLogin::Start(ServerLoginOptions options, protocol::ByteSink& to_serve
   if (!options_.application_name.empty()) {
     params.emplace_back("application_name", options_.application_name);
   }
+  for (const auto& [name, value] : options_.settings) params.emplace_back(name, value);
   // 3.2 where the server speaks it (PostgreSQL 18: 32-byte cancel keys, which pgfleet keeps
   // whole); older servers answer NegotiateProtocolVersion with 3.0 and carry on.
   protocol::BuildStartupMessage(to_server, protocol::kProtocol32, params);

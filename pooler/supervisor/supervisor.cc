@@ -406,6 +406,27 @@ void Supervisor::ReapChildren() {
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) OnChildExited(pid, status);
 }
 
+void Supervisor::ReleaseServersOfDeadWorker(uint32_t peer_id) {
+  budget::PodServerCounts::HeldServers held =
+      budget::PodServerCounts::DetachWorker(pod_servers_fd_, peer_id);
+  const absl::Duration check = config_.pool.server_connection_check_interval;
+  if (held.open.empty() || check <= absl::ZeroDuration()) {
+    budget::PodServerCounts::ReleaseHeld(pod_servers_fd_, held);
+    return;
+  }
+  // Counted per key (pool, database, user): the largest is the number of servers.
+  int32_t servers = 0;
+  for (const auto& [key, open] : held.open) servers = std::max(servers, open);
+  const absl::Duration hold = check * 2 + absl::Milliseconds(250);
+  PGFLEET_LOG(kInfo, "dead_worker_servers_held", "peer_id=", peer_id, " servers=", servers,
+              " hold_ms=", absl::ToInt64Milliseconds(hold),
+              " why=\"PostgreSQL ends their backends within client_connection_check_interval\"");
+  loop_.RunAfter(hold, [fd = pod_servers_fd_, held = std::move(held), peer_id] {
+    budget::PodServerCounts::ReleaseHeld(fd, held);
+    PGFLEET_LOG(kInfo, "dead_worker_servers_released", "peer_id=", peer_id);
+  });
+}
+
 void Supervisor::OnChildExited(pid_t pid, int status) {
   if (pid == pod_lease_pid_) {
     OnPodLeaseExited(status);
@@ -427,8 +448,11 @@ void Supervisor::OnChildExited(pid_t pid, int status) {
   unlink(absl::StrCat(runtime_dir_, "/handoff-", process.peer_id, ".sock").c_str());
   // Clients of the dead process are gone: give their max_client_conn room back.
   budget::ClientBudget::ReleaseSlot(budget_fd_, process.peer_id);
-  // ... and the pod's room for the servers it held (PostgreSQL closes them with its sockets).
-  budget::PodServerCounts::ReleaseWorker(pod_servers_fd_, process.peer_id);
+  // ... and the pod's room for the servers it held. PostgreSQL sees their sockets close, but a
+  // backend running a query notices only at its next client_connection_check_interval (which
+  // every server login sets): until then the room stays counted, or siblings would open servers
+  // while PostgreSQL still runs the orphans and the database would go over its budget.
+  ReleaseServersOfDeadWorker(process.peer_id);
   if (shutting_down_) {
     PGFLEET_LOG(kInfo, "worker_exited", "slot=", process.slot, " pid=", pid, " ",
                 DescribeExit(status));

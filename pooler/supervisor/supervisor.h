@@ -77,6 +77,9 @@ class Supervisor {
   void OnWorkerReady(pid_t pid);
   // Unregisters and deletes pid's ReadyWatcher once the event loop's current batch is done.
   void ForgetReadyWatcher(pid_t pid);
+  // A dead worker's servers leave the pod's totals once PostgreSQL has ended their backends:
+  // after twice pool.server_connection_check_interval plus 250 ms (at once when it is 0).
+  void ReleaseServersOfDeadWorker(uint32_t peer_id);
   void OnChildExited(pid_t pid, int status);
   void ReapChildren();
   void ScheduleRestart(int slot);

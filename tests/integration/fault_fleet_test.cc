@@ -282,6 +282,112 @@ void ExpectPgbenchServedWithoutLosingAWorker(PgfleetProcess& fleet) {
   EXPECT_TRUE(fleet.Running());
 }
 
+// A worker SIGKILLed while its servers run queries (issue 34): PostgreSQL ends the orphaned
+// backends within client_connection_check_interval, which every server login sets, and the pod
+// keeps the dead worker's servers counted until then. Before, its room went back at once, the
+// surviving worker opened servers while PostgreSQL still ran the orphans, and PostgreSQL listed 5
+// to 7 backends for a budget of 4.
+TEST_F(FaultFleetTest, AWorkerKilledMidQueryNeverPutsPostgresOverTheBudget) {
+  constexpr int kBudget = 4;
+  PgfleetProcess fleet(
+      absl::StrCat("workers: 2\ndatabases:\n  postgres: {host: 127.0.0.1, port: ", pg().port(),
+                   ", max_db_connections: ", kBudget, "}\npool:\n  pool_mode: transaction\n",
+                   "  default_pool_size: ", kBudget, "\nadmin:\n  users: [admin]\n"));
+  ASSERT_EQ(WaitForWorkers(fleet.pid(), 2).size(), 2u) << fleet.Log();
+  // Clients until each worker has at least 3 (bounded at 40), each running pg_sleep(1.5) in a
+  // loop on a thread of its own.
+  std::vector<std::unique_ptr<LoopClient>> clients;
+  std::map<int, int> per_slot;
+  std::map<int, pid_t> slot_pid;
+  {
+    auto admin = Connect(fleet.ConnString("admin", "pgfleet"));
+    ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
+    while (clients.size() < 40 && (per_slot[0] < 3 || per_slot[1] < 3)) {
+      auto client = std::make_unique<LoopClient>();
+      client->conn = Connect(fleet.ConnString());
+      ASSERT_TRUE(Ok(client->conn)) << ErrorOf(client->conn);
+      const std::string port = std::to_string(LocalPort(client->conn));
+      for (const Row& row : Rows(admin, "SHOW CLIENTS")) {
+        if (row.at("port") == port && row.at("addr") == "127.0.0.1") {
+          ASSERT_TRUE(absl::SimpleAtoi(row.at("worker"), &client->slot));
+        }
+      }
+      ASSERT_GE(client->slot, 0);
+      ++per_slot[client->slot];
+      clients.push_back(std::move(client));
+    }
+    for (const Row& row : Rows(admin, "SHOW WORKERS")) {
+      int slot = -1, pid = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(row.at("worker"), &slot));
+      ASSERT_TRUE(absl::SimpleAtoi(row.at("pid"), &pid));
+      slot_pid[slot] = pid;
+    }
+  }
+  ASSERT_GE(per_slot[0], 3);
+  ASSERT_GE(per_slot[1], 3);
+  ASSERT_EQ(slot_pid.size(), 2u);
+
+  // PostgreSQL's view: pgfleet's backends of the database, sampled every 20 ms.
+  std::atomic<bool> stop{false};
+  std::atomic<int> max_backends{0};
+  std::atomic<int> samples{0};
+  std::atomic<int> active{0};
+  std::thread sampler([&] {
+    auto conn = Connect(pg().ConnString() + " application_name=budget-sampler");
+    const std::string sql = absl::StrCat(
+        "SELECT count(*) AS total, count(*) FILTER (WHERE state = 'active') AS running "
+        "FROM pg_stat_activity "
+        "WHERE datname = 'postgres' AND backend_type = 'client backend' AND "
+        "application_name <> 'budget-sampler' AND backend_start >= '",
+        test_start_, "'");
+    for (int n = 0; n < 2000 && !stop; ++n) {
+      std::vector<Row> rows = Rows(conn, sql);
+      if (rows.size() == 1) {
+        int total = 0, running = 0;
+        if (absl::SimpleAtoi(rows[0].at("total"), &total) &&
+            absl::SimpleAtoi(rows[0].at("running"), &running)) {
+          max_backends = std::max(max_backends.load(), total);
+          active = running;
+          ++samples;
+        }
+      }
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  });
+  std::atomic<bool> killed{false};
+  std::atomic<int> survivor_ok_after_kill{0};
+  std::vector<std::thread> load;
+  for (auto& client : clients) {
+    load.emplace_back([&, c = client.get()] {
+      for (int n = 0; n < 20 && !stop; ++n) {
+        const bool after = killed;
+        if (QueryWithin(c->conn.get(), "SELECT pg_sleep(1.5)", milliseconds(15000)) !=
+            Outcome::kOk) {
+          c->failed = true;
+          return;
+        }
+        if (after && c->slot != 0) ++survivor_ok_after_kill;
+      }
+    });
+  }
+  // Every server busy, then the kill of worker 0 while its servers run their queries.
+  EXPECT_TRUE(WaitFor([&] { return active.load() >= kBudget; }, std::chrono::seconds(10)));
+  killed = true;
+  ASSERT_EQ(kill(slot_pid[0], SIGKILL), 0);
+  // The survivor serves its clients again once the dead worker's backends are gone.
+  EXPECT_TRUE(WaitFor([&] { return survivor_ok_after_kill.load() >= 2; }, std::chrono::seconds(8)))
+      << fleet.Log();
+  stop = true;
+  for (auto& t : load) t.join();
+  sampler.join();
+  EXPECT_GT(samples.load(), 50);
+  EXPECT_LE(max_backends.load(), kBudget) << fleet.Log();
+  for (auto& client : clients) {
+    if (client->slot != 0) EXPECT_FALSE(client->failed) << "a client of the surviving worker";
+  }
+  EXPECT_THAT(fleet.Log(), HasSubstr("event=dead_worker_servers_held"));
+}
+
 TEST_F(FaultFleetTest, LogWritesFailingWithEnospcDoNotStopTheDataPath) {
   // stdout and stderr on /dev/full: every log write fails with ENOSPC, as on a full log disk.
   PgfleetProcess fleet(FleetConfig(2, pg().port(), kChattyLog), "", "", "127.0.0.1", "/dev/full");
@@ -338,5 +444,5 @@ TEST_F(FaultFleetTest, LogPipeThatNobodyReadsDoesNotStopTheDataPath) {
   RunCommand(absl::StrCat("rm -rf '", dir, "'"));
 }
 
-}  // namespace
+}  // namespace fault_fleet_test
 }  // namespace pgfleet::testing

@@ -98,6 +98,27 @@ TEST_F(PodServerCountsTest, AHandOffMovesAServerWithoutChangingThePodTotal) {
   EXPECT_TRUE(a_.TryReserve({{pool, 1}}));
 }
 
+// A dead worker's servers stay in the pod's totals until the supervisor releases them (its
+// backends may still run in PostgreSQL), while its own counts start from zero at once for a
+// worker restarted in its slot.
+TEST_F(PodServerCountsTest, ADeadWorkersServersStayCountedUntilReleased) {
+  const auto pool = *a_.Intern(PodServerCounts::PoolKeyText("app", "alice"));
+  const auto db = *a_.Intern(PodServerCounts::DatabaseKeyText("app"));
+  ASSERT_TRUE(b_.TryReserve({{pool, 4}, {db, 4}}));
+  ASSERT_TRUE(b_.TryReserve({{pool, 4}, {db, 4}}));
+  b_.AddIdle(pool, 1);
+  PodServerCounts::HeldServers held = PodServerCounts::DetachWorker(fd_, b_.worker());
+  EXPECT_EQ(b_.Mine(pool), 0);
+  EXPECT_EQ(a_.Total(pool), 2);
+  EXPECT_EQ(a_.Total(db), 2);
+  EXPECT_EQ(a_.SiblingWithIdle(pool), std::nullopt);  // an idle server of the dead is no one's
+  EXPECT_TRUE(a_.TryReserve({{pool, 3}, {db, 3}}));
+  EXPECT_FALSE(a_.TryReserve({{pool, 3}, {db, 3}}));  // the held two still count
+  PodServerCounts::ReleaseHeld(fd_, held);
+  EXPECT_EQ(a_.Total(pool), 1);
+  EXPECT_TRUE(a_.TryReserve({{pool, 3}, {db, 3}}));
+}
+
 TEST_F(PodServerCountsTest, SiblingsSeeEachOthersIdleServersAndWaitingClients) {
   const auto pool = *a_.Intern(PodServerCounts::PoolKeyText("app", "alice"));
   EXPECT_EQ(a_.SiblingWithIdle(pool), std::nullopt);
