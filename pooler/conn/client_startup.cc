@@ -1,11 +1,10 @@
 // Client connection: the startup packet, TLS (SSLRequest or direct) and the start of
 // authentication, up to the client's pool or the console.
-#include "pooler/conn/client_conn.h"
-
 #include "absl/strings/match.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/conn/admin_hook.h"
+#include "pooler/conn/client_conn.h"
 #include "pooler/conn/pool_events.h"
 #include "pooler/protocol/builders.h"
 #include "pooler/protocol/frame.h"

@@ -35,7 +35,7 @@ struct ServerLoginOptions {
   std::string application_name;  // not sent when empty
   // Settings sent as startup parameters (client_connection_check_interval).
   std::vector<std::pair<std::string, std::string>> settings;
-  bool tls = false;              // the login runs over an established TLS session
+  bool tls = false;  // the login runs over an established TLS session
   // Over TLS: the tls-server-end-point hash of the server's certificate for SCRAM-SHA-256-PLUS,
   // asked for only when the server offers it (hashing the certificate costs); nullopt when it
   // cannot be computed.

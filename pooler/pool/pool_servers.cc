@@ -1,13 +1,12 @@
 // Pool: server logins and their verdicts, what new clients are welcomed with, and the roles
 // of the database's hosts (target_session_attrs).
-#include "pooler/pool/pool.h"
-
 #include <algorithm>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
+#include "pooler/pool/pool.h"
 #include "pooler/pool/pool_host.h"
 #include "pooler/protocol/sqlstate.h"
 

@@ -401,8 +401,8 @@ TEST_F(ControllerTest, PodsCutOffFromTheControllerKeepServingThenShrinkToTheirFl
   Load load_a(*a, 40), load_b(*b, 10), load_c(*c, 10);
   // The busy pod grows past 5 servers; then its share over half a second is what it keeps.
   sampler.Mark();
-  ASSERT_TRUE(WaitFor([&] { return sampler.Window()["ctlpodA"].first >= 5; },
-                      std::chrono::seconds(15)))
+  ASSERT_TRUE(
+      WaitFor([&] { return sampler.Window()["ctlpodA"].first >= 5; }, std::chrono::seconds(15)))
       << sampler.Describe();
   sampler.Mark();
   SleepMs(500);
@@ -433,8 +433,8 @@ TEST_F(ControllerTest, PodsCutOffFromTheControllerKeepServingThenShrinkToTheirFl
   // the pod at its floor for good.
   controller->Signal(SIGCONT);
   sampler.Mark();
-  EXPECT_TRUE(WaitFor([&] { return sampler.Window()["ctlpodA"].first >= 4; },
-                      std::chrono::seconds(10)))
+  EXPECT_TRUE(
+      WaitFor([&] { return sampler.Window()["ctlpodA"].first >= 4; }, std::chrono::seconds(10)))
       << sampler.Describe() << "\n"
       << controller->Log() << "\n"
       << a->Log();

@@ -600,5 +600,5 @@ TEST_F(HbaTest, BadHbaFileStopsStartupAndCheckConfigNamesTheLine) {
   RunCommand("rm -rf " + dir);
 }
 
-}  // namespace
+}  // namespace hostile_test
 }  // namespace pgfleet::testing

@@ -140,5 +140,5 @@ TEST_F(LoadUserlistFileTest, DirectoryIsAnErrorNotAnEmptyList) {
   EXPECT_FALSE(users.ok());
 }
 
-}  // namespace
+}  // namespace userlist_test
 }  // namespace pgfleet::auth

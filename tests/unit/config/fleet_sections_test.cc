@@ -171,5 +171,5 @@ TEST(FleetSectionsTest, ConfigsBuiltInCodeAreCheckedToo) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("peering.listen: needs peering.token_file"));
 }
 
-}  // namespace
+}  // namespace fleet_sections_test
 }  // namespace pgfleet::config

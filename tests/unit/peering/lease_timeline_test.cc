@@ -128,5 +128,5 @@ TEST_P(LeaseTimelineTest, CutOffWorkerIsAtItsFloorBeforeTheControllerCountsItThe
 
 INSTANTIATE_TEST_SUITE_P(MessageDelaysMs, LeaseTimelineTest, ::testing::Values(0, 5, 100, 400));
 
-}  // namespace
+}  // namespace lease_timeline_test
 }  // namespace pgfleet::peering::controller

@@ -258,5 +258,5 @@ TEST_F(MembershipTest, TwoPodsClaimingOneBlockAreBothKept) {
   EXPECT_EQ(membership_.pods().size(), 2u);
 }
 
-}  // namespace
+}  // namespace membership_test
 }  // namespace pgfleet::peering::controller
