@@ -43,8 +43,7 @@ void CancelRequestConn::OnIoEvent(uint32_t events) {
       // A linked client's cancel is worth another connection (a listen backlog full for a
       // moment, a proxy restarting): the owner retries with the server's hold kept.
       if (!unconditional_ && handler_->RetryCancel(*this)) {
-        server_id_ = 0;  // the hold moved to the retry: Finish must not release it
-        return Finish("connect failed, retrying");
+        return Finish("connect failed, retrying", /*release_hold=*/false);
       }
       return Finish("connect failed");
     }
@@ -82,10 +81,10 @@ void CancelRequestConn::OnIoEvent(uint32_t events) {
   }
 }
 
-void CancelRequestConn::Finish(std::string_view outcome) {
+void CancelRequestConn::Finish(std::string_view outcome, bool release_hold) {
   PGFLEET_LOG(kDebug, "cancel_finished", "server=", server_id_, " outcome=", outcome);
   CloseSocket();
-  if (server_id_ != 0) {
+  if (release_hold && server_id_ != 0) {
     if (ServerConn* server = handler_->FindServer(server_id_)) server->CancelFinished();
   }
   handler_->Forget(this);

@@ -42,7 +42,8 @@ class CancelRequestConn final : public net::Connection {
                     std::vector<uint8_t> backend_secret);
   void OnIoEvent(uint32_t events) override;
   // Ends the request (sent, refused or timed out) and releases the server's cancel hold.
-  void Finish(std::string_view outcome);
+  // `release_hold` false: a retry (CancelRequestOwner::RetryCancel) carries the hold on.
+  void Finish(std::string_view outcome, bool release_hold = true);
   absl::Time started_at() const { return started_at_; }
   absl::Time first_started_at() const { return first_started_at_; }
   uint64_t server_id() const { return server_id_; }

@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -139,40 +141,46 @@ struct LoopClient {
   bool connection_lost = false;
 };
 
+// Connects clients until each of the two workers has at least 3 (the kernel picks the worker;
+// bounded at 40), with each client's worker slot from SHOW CLIENTS, and each slot's pid from
+// SHOW WORKERS.
+void ConnectToBothWorkers(const PgfleetProcess& fleet,
+                          std::vector<std::unique_ptr<LoopClient>>* clients,
+                          std::map<int, pid_t>* slot_pid) {
+  std::map<int, int> per_slot;
+  auto admin = Connect(fleet.ConnString("admin", "pgfleet"));
+  ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
+  while (clients->size() < 40 && (per_slot[0] < 3 || per_slot[1] < 3)) {
+    auto client = std::make_unique<LoopClient>();
+    client->conn = Connect(fleet.ConnString());
+    ASSERT_TRUE(Ok(client->conn)) << ErrorOf(client->conn);
+    const std::string port = std::to_string(LocalPort(client->conn));
+    for (const Row& row : Rows(admin, "SHOW CLIENTS")) {
+      if (row.at("port") == port && row.at("addr") == "127.0.0.1") {
+        ASSERT_TRUE(absl::SimpleAtoi(row.at("worker"), &client->slot));
+      }
+    }
+    ASSERT_GE(client->slot, 0) << "client on port " << port << " not in SHOW CLIENTS";
+    ++per_slot[client->slot];
+    clients->push_back(std::move(client));
+  }
+  ASSERT_GE(per_slot[0], 3);
+  ASSERT_GE(per_slot[1], 3);
+  for (const Row& row : Rows(admin, "SHOW WORKERS")) {
+    int slot = -1, pid = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(row.at("worker"), &slot));
+    ASSERT_TRUE(absl::SimpleAtoi(row.at("pid"), &pid));
+    (*slot_pid)[slot] = pid;
+  }
+  ASSERT_EQ(slot_pid->size(), 2u);
+}
+
 TEST_F(FaultFleetTest, WorkerKilledUnderLoadDropsOnlyItsOwnClients) {
   PgfleetProcess fleet(FleetConfig(2, pg().port(), "admin:\n  users: [admin]\n"));
   ASSERT_EQ(WaitForWorkers(fleet.pid(), 2).size(), 2u) << fleet.Log();
-  // Clients until each worker has at least 3 (the kernel picks the worker; bounded at 40).
   std::vector<std::unique_ptr<LoopClient>> clients;
-  std::map<int, int> per_slot;
   std::map<int, pid_t> slot_pid;
-  {
-    auto admin = Connect(fleet.ConnString("admin", "pgfleet"));
-    ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
-    while (clients.size() < 40 && (per_slot[0] < 3 || per_slot[1] < 3)) {
-      auto client = std::make_unique<LoopClient>();
-      client->conn = Connect(fleet.ConnString());
-      ASSERT_TRUE(Ok(client->conn)) << ErrorOf(client->conn);
-      const std::string port = std::to_string(LocalPort(client->conn));
-      for (const Row& row : Rows(admin, "SHOW CLIENTS")) {
-        if (row.at("port") == port && row.at("addr") == "127.0.0.1") {
-          ASSERT_TRUE(absl::SimpleAtoi(row.at("worker"), &client->slot));
-        }
-      }
-      ASSERT_GE(client->slot, 0) << "client on port " << port << " not in SHOW CLIENTS";
-      ++per_slot[client->slot];
-      clients.push_back(std::move(client));
-    }
-    ASSERT_GE(per_slot[0], 3);
-    ASSERT_GE(per_slot[1], 3);
-    for (const Row& row : Rows(admin, "SHOW WORKERS")) {
-      int slot = -1, pid = 0;
-      ASSERT_TRUE(absl::SimpleAtoi(row.at("worker"), &slot));
-      ASSERT_TRUE(absl::SimpleAtoi(row.at("pid"), &pid));
-      slot_pid[slot] = pid;
-    }
-  }
-  ASSERT_EQ(slot_pid.size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(ConnectToBothWorkers(fleet, &clients, &slot_pid));
   const std::vector<pid_t> before = WorkerPids(fleet.pid());
   std::vector<pid_t> shown = {slot_pid[0], slot_pid[1]};
   std::sort(shown.begin(), shown.end());
@@ -294,41 +302,16 @@ TEST_F(FaultFleetTest, AWorkerKilledMidQueryNeverPutsPostgresOverTheBudget) {
                    ", max_db_connections: ", kBudget, "}\npool:\n  pool_mode: transaction\n",
                    "  default_pool_size: ", kBudget, "\nadmin:\n  users: [admin]\n"));
   ASSERT_EQ(WaitForWorkers(fleet.pid(), 2).size(), 2u) << fleet.Log();
-  // Clients until each worker has at least 3 (bounded at 40), each running pg_sleep(1.5) in a
-  // loop on a thread of its own.
+  // Clients on both workers, each running pg_sleep(1.5) in a loop on a thread of its own.
   std::vector<std::unique_ptr<LoopClient>> clients;
-  std::map<int, int> per_slot;
   std::map<int, pid_t> slot_pid;
-  {
-    auto admin = Connect(fleet.ConnString("admin", "pgfleet"));
-    ASSERT_TRUE(Ok(admin)) << ErrorOf(admin);
-    while (clients.size() < 40 && (per_slot[0] < 3 || per_slot[1] < 3)) {
-      auto client = std::make_unique<LoopClient>();
-      client->conn = Connect(fleet.ConnString());
-      ASSERT_TRUE(Ok(client->conn)) << ErrorOf(client->conn);
-      const std::string port = std::to_string(LocalPort(client->conn));
-      for (const Row& row : Rows(admin, "SHOW CLIENTS")) {
-        if (row.at("port") == port && row.at("addr") == "127.0.0.1") {
-          ASSERT_TRUE(absl::SimpleAtoi(row.at("worker"), &client->slot));
-        }
-      }
-      ASSERT_GE(client->slot, 0);
-      ++per_slot[client->slot];
-      clients.push_back(std::move(client));
-    }
-    for (const Row& row : Rows(admin, "SHOW WORKERS")) {
-      int slot = -1, pid = 0;
-      ASSERT_TRUE(absl::SimpleAtoi(row.at("worker"), &slot));
-      ASSERT_TRUE(absl::SimpleAtoi(row.at("pid"), &pid));
-      slot_pid[slot] = pid;
-    }
-  }
-  ASSERT_GE(per_slot[0], 3);
-  ASSERT_GE(per_slot[1], 3);
-  ASSERT_EQ(slot_pid.size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(ConnectToBothWorkers(fleet, &clients, &slot_pid));
 
   // PostgreSQL's view: pgfleet's backends of the database, sampled every 20 ms.
+  // The load and the sampler run until `stop`; the sampler paces itself on it, ending at once.
   std::atomic<bool> stop{false};
+  std::mutex stop_mu;
+  std::condition_variable stop_cv;
   std::atomic<int> max_backends{0};
   std::atomic<int> samples{0};
   std::atomic<int> active{0};
@@ -351,7 +334,8 @@ TEST_F(FaultFleetTest, AWorkerKilledMidQueryNeverPutsPostgresOverTheBudget) {
           ++samples;
         }
       }
-      std::this_thread::sleep_for(milliseconds(20));
+      std::unique_lock<std::mutex> lock(stop_mu);
+      stop_cv.wait_for(lock, milliseconds(20), [&] { return stop.load(); });
     }
   });
   std::atomic<bool> killed{false};
@@ -377,7 +361,11 @@ TEST_F(FaultFleetTest, AWorkerKilledMidQueryNeverPutsPostgresOverTheBudget) {
   // The survivor serves its clients again once the dead worker's backends are gone.
   EXPECT_TRUE(WaitFor([&] { return survivor_ok_after_kill.load() >= 2; }, std::chrono::seconds(8)))
       << fleet.Log();
-  stop = true;
+  {
+    std::lock_guard<std::mutex> lock(stop_mu);
+    stop = true;
+  }
+  stop_cv.notify_all();
   for (auto& t : load) t.join();
   sampler.join();
   EXPECT_GT(samples.load(), 50);

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <stdexcept>
 
 namespace pgfleet::testing {
@@ -52,18 +53,16 @@ void TcpForwarder::Listen() {
   std::lock_guard<std::mutex> lock(mu_);
   port_ = ntohs(addr.sin_port);
   listen_fd_ = fd;
+  changed_.notify_all();
 }
 
 void TcpForwarder::StopAccepting() {
   // The acceptor closes the socket itself, between polls: closed while a poll holds it, the
   // socket would live (and complete handshakes) until that poll returns.
+  std::unique_lock<std::mutex> lock(mu_);
   stop_accepting_ = true;
-  while (true) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (listen_fd_ < 0) break;
-    }
-    usleep(1000);
+  if (!changed_.wait_for(lock, std::chrono::seconds(5), [&] { return listen_fd_ < 0; })) {
+    throw std::runtime_error("tcp_forwarder: the acceptor did not stop within 5 s");
   }
 }
 
@@ -73,17 +72,19 @@ void TcpForwarder::AcceptLoop() {
   while (!stop_) {
     int fd;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       if (stop_accepting_ && listen_fd_ >= 0) {
         close(listen_fd_);
         listen_fd_ = -1;
         stop_accepting_ = false;
+        changed_.notify_all();
+      }
+      // Stopped: until ResumeAccepting listens again (the bound lets the destructor's stop_ in).
+      if (listen_fd_ < 0) {
+        changed_.wait_for(lock, std::chrono::milliseconds(20), [&] { return listen_fd_ >= 0; });
+        continue;
       }
       fd = listen_fd_;
-    }
-    if (fd < 0) {
-      usleep(5000);
-      continue;
     }
     pollfd p = {fd, POLLIN, 0};
     if (poll(&p, 1, 20) <= 0) continue;

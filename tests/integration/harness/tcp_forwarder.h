@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <thread>
@@ -35,9 +36,10 @@ class TcpForwarder {
   int port_ = 0;
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> stop_accepting_{false};
+  bool stop_accepting_ = false;  // under mu_: the acceptor closes the socket next
   std::atomic<int> accepted_{0};
   std::mutex mu_;
+  std::condition_variable changed_;  // listen_fd_ changed
   std::thread acceptor_;
   std::vector<std::thread> relays_;
 };
