@@ -84,6 +84,10 @@ class BudgetSampler {
     window_.clear();
     window_samples_ = 0;
   }
+  int window_samples() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return window_samples_;
+  }
   // Per pod: {max, mean} over the samples since Mark().
   std::map<std::string, std::pair<int, double>> Window() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -399,15 +403,22 @@ TEST_F(ControllerTest, PodsCutOffFromTheControllerKeepServingThenShrinkToTheirFl
   auto c = StartPod("C", "127.0.0.4", *controller);
   BudgetSampler sampler;
   Load load_a(*a, 40), load_b(*b, 10), load_c(*c, 10);
-  // The busy pod grows past 5 servers; then its share over half a second is what it keeps.
-  sampler.Mark();
-  ASSERT_TRUE(
-      WaitFor([&] { return sampler.Window()["ctlpodA"].first >= 5; }, std::chrono::seconds(15)))
+  // The busy pod's share once the shares hold still: a window of 10 samples (half a second) in
+  // which pod A's servers never moved, at 5 or more. (Taken while the shares still moved, a
+  // peak of 9 was compared with the settled 7.)
+  int a_before = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        sampler.Mark();
+        if (!WaitFor([&] { return sampler.window_samples() >= 10; }, std::chrono::seconds(5))) {
+          return false;
+        }
+        const auto [most, mean] = sampler.Window()["ctlpodA"];
+        a_before = most;
+        return most >= 5 && mean >= most - 1e-9;
+      },
+      std::chrono::seconds(20)))
       << sampler.Describe();
-  sampler.Mark();
-  SleepMs(500);
-  const int a_before = sampler.Window()["ctlpodA"].first;
-  ASSERT_GE(a_before, 5) << sampler.Describe();
 
   controller->Signal(SIGSTOP);
   const auto stopped_at = Clock::now();
