@@ -17,6 +17,8 @@
 namespace pgfleet::auth {
 namespace {
 
+using base::IsBlank;
+
 // One comma-separated element of a field; `quoted` when any part of it was in double quotes,
 // which makes a keyword ("all") a plain name.
 struct Item {
@@ -24,8 +26,6 @@ struct Item {
   bool quoted = false;
 };
 using Field = std::vector<Item>;
-
-bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
 
 // Splits one logical line into fields the way PostgreSQL's next_field_expand() does: blanks
 // separate fields, a comma continues the field with another item (blanks after it allowed),

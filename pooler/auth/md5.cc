@@ -12,11 +12,12 @@
 namespace pgfleet::auth {
 namespace {
 
+using base::Av;
+
 constexpr std::string_view kMd5Prefix = "md5";
 
 // Debian's absl 20220623 is built with its own string_view (ABSL_OPTION_USE_STD_STRING_VIEW=0),
 // which std::string_view does not convert to implicitly.
-absl::string_view Av(std::string_view text) { return absl::string_view(text.data(), text.size()); }
 
 // Lower-case hex of MD5(a || b), the only digest shape the scheme uses.
 std::string Md5Hex(std::string_view a, std::string_view b) {

@@ -17,12 +17,13 @@ namespace pgfleet::auth {
 
 namespace {
 
+using base::Av;
+
 using internal::Base64Decode;
 using internal::Base64Encode;
 
 // Debian's absl 20220623 is built with its own string_view (ABSL_OPTION_USE_STD_STRING_VIEW=0),
 // which std::string_view does not convert to implicitly.
-absl::string_view Av(std::string_view text) { return absl::string_view(text.data(), text.size()); }
 
 // Splits on every `separator`; "" gives one empty piece, like absl::StrSplit.
 std::vector<std::string_view> Split(std::string_view text, char separator) {

@@ -10,15 +10,15 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "pooler/base/strings.h"
 
 namespace pgfleet::auth {
 namespace {
 
 // Debian's absl 20220623 is built with its own string_view (ABSL_OPTION_USE_STD_STRING_VIEW=0),
 // which std::string_view does not convert to implicitly.
-absl::string_view Av(std::string_view text) { return absl::string_view(text.data(), text.size()); }
-
-bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
+using base::Av;
+using base::IsBlank;
 
 void SkipBlanks(std::string_view& line) {
   while (!line.empty() && IsBlank(line.front())) line.remove_prefix(1);

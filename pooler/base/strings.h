@@ -17,6 +17,9 @@ namespace pgfleet::base {
 inline absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 inline std::string_view Sv(absl::string_view s) { return std::string_view(s.data(), s.size()); }
 
+// A blank inside a line of a config file (hba, userlist): a space or tab-like, never a newline.
+inline bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
+
 // Wire bytes as text and back (the same bytes, no copy).
 inline std::string_view AsText(std::span<const uint8_t> bytes) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};

@@ -14,8 +14,6 @@
 namespace pgfleet::pool {
 namespace {
 
-std::string_view AsString(std::span<const uint8_t> data) { return base::AsText(data); }
-
 PasswordVerdict ProtocolError(std::string_view message) {
   PasswordVerdict verdict;
   verdict.outcome = PasswordVerdict::Outcome::kProtocolError;
@@ -147,7 +145,7 @@ PasswordVerdict ClientPasswordExchange::OnSaslInitialResponse(std::span<const ui
 
 PasswordVerdict ClientPasswordExchange::OnSaslResponse(std::span<const uint8_t> body) {
   // A SASLResponse is nothing but its data.
-  auto server_final = scram_->HandleClientFinal(AsString(body));
+  auto server_final = scram_->HandleClientFinal(base::AsText(body));
   if (!server_final.ok() || !can_succeed_) return WrongPassword("scram-sha-256");
   PasswordVerdict verdict;
   verdict.outcome = PasswordVerdict::Outcome::kAuthenticated;

@@ -14,8 +14,6 @@
 namespace pgfleet::pool {
 namespace {
 
-std::string_view AsString(std::span<const uint8_t> data) { return base::AsText(data); }
-
 LoginVerdict CloseVerdict(std::string reason) {
   LoginVerdict verdict;
   verdict.outcome = LoginVerdict::Outcome::kClose;
@@ -146,7 +144,7 @@ LoginVerdict ServerLogin::OnAuthRequest(std::span<const uint8_t> body) {
       return OnSasl(auth->data);
     case protocol::AuthRequest::kSaslContinue: {
       if (!scram_.has_value()) return CloseVerdict("unexpected SASL continue");
-      auto final_msg = scram_->HandleServerFirst(AsString(auth->data));
+      auto final_msg = scram_->HandleServerFirst(base::AsText(auth->data));
       if (!final_msg.ok()) {
         return FailedByPgfleet(base::StrCat("SCRAM: ", final_msg.status().message()));
       }
@@ -155,7 +153,7 @@ LoginVerdict ServerLogin::OnAuthRequest(std::span<const uint8_t> body) {
     }
     case protocol::AuthRequest::kSaslFinal:
       // A server that cannot prove it knows the secret could be anyone.
-      if (!scram_.has_value() || !scram_->VerifyServerFinal(AsString(auth->data)).ok()) {
+      if (!scram_.has_value() || !scram_->VerifyServerFinal(base::AsText(auth->data)).ok()) {
         return FailedByPgfleet("server's SCRAM signature did not verify");
       }
       scram_.reset();

@@ -9,13 +9,10 @@
 #include <cstring>
 
 #include "pooler/base/strings.h"
+#include "pooler/net/socket.h"
 
 namespace pgfleet::net {
 namespace {
-
-absl::Status Errno(std::string_view what) {
-  return absl::UnavailableError(base::StrCat(what, ": ", strerror(errno)));
-}
 
 // Room for a few descriptors, not one: should a peer attach more, recvmsg still takes them (and
 // we close them) instead of reporting MSG_CTRUNC, which would fail a message that was otherwise

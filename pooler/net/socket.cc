@@ -15,11 +15,11 @@
 #include "pooler/base/strings.h"
 
 namespace pgfleet::net {
-namespace {
-
 absl::Status Errno(std::string_view what) {
   return absl::UnavailableError(base::StrCat(what, ": ", strerror(errno)));
 }
+
+namespace {
 
 std::string UnixPath(const std::string& dir, int port) {
   return base::StrCat(dir, "/.s.PGSQL.", port);

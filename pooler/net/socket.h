@@ -6,10 +6,15 @@
 #include <sys/socket.h>
 
 #include <string>
+#include <string_view>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace pgfleet::net {
+
+// UNAVAILABLE with what failed and errno's text, for the calls of this library.
+absl::Status Errno(std::string_view what);
 
 // A TCP listener on `address:port` ("*"/"0.0.0.0" = any IPv4, "::" = any IPv6) with
 // SO_REUSEADDR and SO_REUSEPORT, so several worker processes can share the port.
