@@ -60,6 +60,14 @@ void ShowConfig(const config::Config& c, ResultSet* out) {
   row("server_check_delay", Duration(p.server_check_delay), Duration(dp.server_check_delay), true);
   row("server_connection_check_interval", Duration(p.server_connection_check_interval),
       Duration(dp.server_connection_check_interval), true);
+  row("server_tcp_keepalive_idle", Duration(p.server_tcp_keepalive_idle),
+      Duration(dp.server_tcp_keepalive_idle), true);
+  row("server_tcp_keepalive_interval", Duration(p.server_tcp_keepalive_interval),
+      Duration(dp.server_tcp_keepalive_interval), true);
+  row("server_tcp_keepalive_count", std::to_string(p.server_tcp_keepalive_count),
+      std::to_string(dp.server_tcp_keepalive_count), true);
+  row("server_tcp_user_timeout", Duration(p.server_tcp_user_timeout),
+      Duration(dp.server_tcp_user_timeout), true);
   row("server_lifetime", Duration(p.server_lifetime), Duration(dp.server_lifetime), true);
   row("server_idle_timeout", Duration(p.server_idle_timeout), Duration(dp.server_idle_timeout),
       true);

@@ -146,6 +146,16 @@ struct PoolConfig {
   // pod's budget for twice this plus 250 ms, so that siblings open no servers while PostgreSQL
   // still runs the orphaned backends. Zero: not sent, and a dead worker's room returns at once.
   absl::Duration server_connection_check_interval = absl::Milliseconds(500);
+  // Sent at every server login as tcp_keepalives_idle, _interval and _count and tcp_user_timeout
+  // (PostgreSQL 12+), and set on pgfleet's own end of the socket. When a pod's node vanishes
+  // without closing its connections, PostgreSQL ends their backends within idle + interval x
+  // count after the last traffic (35 s with these defaults) instead of the kernel's 2 hours and
+  // more, and a connection with data unacknowledged within tcp_user_timeout. Zero: not sent, the
+  // system's value.
+  absl::Duration server_tcp_keepalive_idle = absl::Seconds(20);
+  absl::Duration server_tcp_keepalive_interval = absl::Seconds(5);
+  int server_tcp_keepalive_count = 3;
+  absl::Duration server_tcp_user_timeout = absl::Seconds(35);
   // SIGTERM/SIGINT: how long clients may finish their transactions before they are closed.
   absl::Duration shutdown_timeout = absl::Seconds(30);
   // Beyond the five always tracked (param_sync.h): by default every other parameter PostgreSQL

@@ -88,6 +88,17 @@ void CheckPool(const PoolConfig& pool, std::vector<Issue>& issues) {
   CheckAtLeast(issues, "pool.pkt_buf", pool.pkt_buf, 1);
   CheckAtLeast(issues, "pool.max_concurrent_logins", pool.max_concurrent_logins, 0);
   CheckAtLeast(issues, "pool.cancel_rate_limit", pool.cancel_rate_limit, 0);
+  CheckAtLeast(issues, "pool.server_tcp_keepalive_count", pool.server_tcp_keepalive_count, 0);
+  // TCP counts keepalive time in whole seconds, and so does PostgreSQL.
+  for (const auto& [key, value] :
+       {std::pair{"pool.server_tcp_keepalive_idle", pool.server_tcp_keepalive_idle},
+        std::pair{"pool.server_tcp_keepalive_interval", pool.server_tcp_keepalive_interval}}) {
+    if (value > absl::ZeroDuration() && value % absl::Seconds(1) != absl::ZeroDuration()) {
+      Add(issues, key,
+          absl::StrCat("must be whole seconds (or 0 for the system's value), got ",
+                       absl::FormatDuration(value)));
+    }
+  }
   const std::pair<const char*, absl::Duration> durations[] = {
       {"pool.reserve_pool_timeout", pool.reserve_pool_timeout},
       {"pool.server_check_delay", pool.server_check_delay},
@@ -102,6 +113,9 @@ void CheckPool(const PoolConfig& pool, std::vector<Issue>& issues) {
       {"pool.idle_transaction_timeout", pool.idle_transaction_timeout},
       {"pool.cancel_wait_timeout", pool.cancel_wait_timeout},
       {"pool.server_connection_check_interval", pool.server_connection_check_interval},
+      {"pool.server_tcp_keepalive_idle", pool.server_tcp_keepalive_idle},
+      {"pool.server_tcp_keepalive_interval", pool.server_tcp_keepalive_interval},
+      {"pool.server_tcp_user_timeout", pool.server_tcp_user_timeout},
       {"pool.shutdown_timeout", pool.shutdown_timeout},
   };
   for (const auto& [key, value] : durations) CheckDuration(issues, key, value);

@@ -410,6 +410,10 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.Duration("idle_transaction_timeout", pool.idle_transaction_timeout);
   s.Duration("cancel_wait_timeout", pool.cancel_wait_timeout);
   s.Duration("server_connection_check_interval", pool.server_connection_check_interval);
+  s.Duration("server_tcp_keepalive_idle", pool.server_tcp_keepalive_idle);
+  s.Duration("server_tcp_keepalive_interval", pool.server_tcp_keepalive_interval);
+  s.Int("server_tcp_keepalive_count", pool.server_tcp_keepalive_count);
+  s.Duration("server_tcp_user_timeout", pool.server_tcp_user_timeout);
   s.Duration("shutdown_timeout", pool.shutdown_timeout);
   pool.track_extra_parameters_configured = s.Has("track_extra_parameters");
   s.StringList("track_extra_parameters", pool.track_extra_parameters);

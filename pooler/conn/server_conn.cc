@@ -18,6 +18,19 @@
 #include "pooler/protocol/stream_decoder.h"
 
 namespace pgfleet::pool {
+namespace {
+
+net::KeepaliveTimings ServerKeepalive(const config::PoolConfig& pool) {
+  return net::KeepaliveTimings{
+      .idle_seconds = static_cast<int>(absl::ToInt64Seconds(pool.server_tcp_keepalive_idle)),
+      .interval_seconds =
+          static_cast<int>(absl::ToInt64Seconds(pool.server_tcp_keepalive_interval)),
+      .count = pool.server_tcp_keepalive_count,
+      .user_timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(pool.server_tcp_user_timeout)),
+  };
+}
+
+}  // namespace
 
 // Stats and logs for what the relay reports.
 class ServerConn::Observer final : public RelayObserver {
@@ -228,7 +241,8 @@ void ServerConn::OnIoEvent(uint32_t events) {
 
 void ServerConn::OnConnected() {
   connecting_ = false;
-  net::TuneSocket(fd_, pool_->context().config().pool.tcp_keepalive);
+  const auto& pool_config = pool_->context().config().pool;
+  net::TuneSocket(fd_, pool_config.tcp_keepalive, ServerKeepalive(pool_config));
   pool_->OnServerConnected(this);  // kLogin
   UpdateInterest();
   // PostgreSQL answers 'N' on unix sockets, so asking there would only cost a round trip.
@@ -318,11 +332,7 @@ void ServerConn::SendStartup() {
   options.user = pool_->server_user();
   options.database = db.dbname;
   options.application_name = db.application_name;
-  const absl::Duration check = pool_->context().config().pool.server_connection_check_interval;
-  if (check > absl::ZeroDuration()) {
-    options.settings.emplace_back("client_connection_check_interval",
-                                  std::to_string(absl::ToInt64Milliseconds(check)));
-  }
+  options.settings = ServerLoginSettings(pool_->context().config().pool);
   options.tls = tls_established();
   if (options.tls) options.server_end_point = [this] { return tls()->ServerEndPoint(); };
   protocol::StringSink sink;

@@ -203,4 +203,26 @@ LoginVerdict ServerLogin::OnSasl(std::span<const uint8_t> mechanisms) {
   return verdict;
 }
 
+std::vector<std::pair<std::string, std::string>> ServerLoginSettings(
+    const config::PoolConfig& pool) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  // Milliseconds with their unit: PostgreSQL converts them for the settings counted in seconds.
+  auto duration = [&](const char* name, absl::Duration value) {
+    if (value > absl::ZeroDuration()) {
+      settings.emplace_back(name, base::StrCat(absl::ToInt64Milliseconds(value), "ms"));
+    }
+  };
+  duration("client_connection_check_interval", pool.server_connection_check_interval);
+  if (pool.tcp_keepalive) {
+    duration("tcp_keepalives_idle", pool.server_tcp_keepalive_idle);
+    duration("tcp_keepalives_interval", pool.server_tcp_keepalive_interval);
+    if (pool.server_tcp_keepalive_count > 0) {
+      settings.emplace_back("tcp_keepalives_count",
+                            std::to_string(pool.server_tcp_keepalive_count));
+    }
+  }
+  duration("tcp_user_timeout", pool.server_tcp_user_timeout);
+  return settings;
+}
+
 }  // namespace pgfleet::pool

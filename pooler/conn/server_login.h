@@ -16,6 +16,7 @@
 
 #include "pooler/auth/scram.h"
 #include "pooler/base/random.h"
+#include "pooler/config/config.h"
 #include "pooler/protocol/byte_sink.h"
 #include "pooler/relay/param_sync.h"
 
@@ -33,7 +34,7 @@ struct ServerLoginOptions {
   std::string user;
   std::string database;
   std::string application_name;  // not sent when empty
-  // Settings sent as startup parameters (client_connection_check_interval).
+  // Settings sent as startup parameters (ServerLoginSettings).
   std::vector<std::pair<std::string, std::string>> settings;
   bool tls = false;  // the login runs over an established TLS session
   // Over TLS: the tls-server-end-point hash of the server's certificate for SCRAM-SHA-256-PLUS,
@@ -41,6 +42,13 @@ struct ServerLoginOptions {
   // cannot be computed.
   std::function<std::optional<std::vector<uint8_t>>()> server_end_point;
 };
+
+// The settings every server login sends, so that PostgreSQL finds out soon that pgfleet's end of a
+// connection is gone (docs/architecture.md, "Connection budget"): client_connection_check_interval
+// for a closed connection, TCP keepalive and tcp_user_timeout for a node that vanished. A zero
+// duration is not sent.
+std::vector<std::pair<std::string, std::string>> ServerLoginSettings(
+    const config::PoolConfig& pool);
 
 // What to do after one login message.
 struct LoginVerdict {

@@ -147,14 +147,27 @@ int PendingSocketError(int fd) {
   return err;
 }
 
-void TuneSocket(int fd, bool keepalive) {
+void TuneSocket(int fd, bool keepalive) { TuneSocket(fd, keepalive, KeepaliveTimings{}); }
+
+void TuneSocket(int fd, bool keepalive, const KeepaliveTimings& timings) {
   struct sockaddr_storage addr;
   socklen_t len = sizeof(addr);
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return;
   if (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) return;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (keepalive) setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  if (timings.user_timeout_ms > 0) {
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timings.user_timeout_ms,
+               sizeof(timings.user_timeout_ms));
+  }
+  if (!keepalive) return;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  const std::pair<int, int> knobs[] = {{TCP_KEEPIDLE, timings.idle_seconds},
+                                       {TCP_KEEPINTVL, timings.interval_seconds},
+                                       {TCP_KEEPCNT, timings.count}};
+  for (const auto& [option, value] : knobs) {
+    if (value > 0) setsockopt(fd, IPPROTO_TCP, option, &value, sizeof(value));
+  }
 }
 
 std::string PeerAddressString(const sockaddr_storage& addr) {

@@ -32,6 +32,14 @@ int PendingSocketError(int fd);
 
 // TCP_NODELAY and keepalive on TCP sockets; no-op for unix sockets.
 void TuneSocket(int fd, bool keepalive);
+// The same, with keepalive's timings and TCP_USER_TIMEOUT: a zero keeps the system's value.
+struct KeepaliveTimings {
+  int idle_seconds = 0;
+  int interval_seconds = 0;
+  int count = 0;
+  int user_timeout_ms = 0;
+};
+void TuneSocket(int fd, bool keepalive, const KeepaliveTimings& timings);
 
 // "1.2.3.4:5678" or "unix" for a peer address, for logs.
 std::string PeerAddressString(const sockaddr_storage& addr);

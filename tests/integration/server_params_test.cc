@@ -74,6 +74,29 @@ TEST_F(ServerParamsTest, ClientEncodingIsReportedInPostgresSpelling) {
   EXPECT_EQ(Value(latin, "SHOW client_encoding"), "LATIN1");
 }
 
+// Every server login asks PostgreSQL to watch pgfleet's end (issue 34): a backend of a killed
+// worker stops within the check interval, and one of a vanished node within its keepalive. A
+// client's RESET ALL keeps them: they are the session's startup values.
+TEST_F(ServerParamsTest, EveryServerLoginAsksPostgresToWatchTheConnection) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1,
+                                  "  server_connection_check_interval: 700ms\n"
+                                  "  server_tcp_keepalive_idle: 7s\n"
+                                  "  server_tcp_keepalive_interval: 2s\n"
+                                  "  server_tcp_keepalive_count: 4\n"
+                                  "  server_tcp_user_timeout: 9s\n"));
+  auto c = Connect(fleet.ConnString());
+  ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+  EXPECT_EQ(Value(c, "SHOW client_connection_check_interval"), "700ms");
+  // The socket's own values (PostgreSQL's show hooks read them back), without a unit.
+  EXPECT_EQ(Value(c, "SHOW tcp_keepalives_idle"), "7");
+  EXPECT_EQ(Value(c, "SHOW tcp_keepalives_interval"), "2");
+  EXPECT_EQ(Value(c, "SHOW tcp_keepalives_count"), "4");
+  EXPECT_EQ(Value(c, "SHOW tcp_user_timeout"), "9000");
+  ASSERT_TRUE(ResultOk(Exec(c, "RESET ALL")));
+  EXPECT_EQ(Value(c, "SHOW tcp_keepalives_idle"), "7");
+  EXPECT_EQ(Value(c, "SHOW tcp_user_timeout"), "9000");
+}
+
 TEST_F(ServerParamsTest, StartupValuesFollowAnotherMajorOnTheSameAddress) {
   const std::string bin17 = MatrixBindir(17);
   const std::string bin18 = MatrixBindir(18);

@@ -9,6 +9,7 @@ namespace pgfleet::config {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 Config Valid() {
   Config config;
@@ -144,6 +145,19 @@ TEST(ValidateConfigTest, OtherSections) {
   EXPECT_THAT(error, HasSubstr("admin.users: entries must not be empty"));
   EXPECT_THAT(error, HasSubstr("pool.query_timeout: must not be negative"));
   EXPECT_THAT(error, HasSubstr("users.bob.max_user_connections: must not be negative, got -3"));
+}
+
+// TCP and PostgreSQL count keepalive time in whole seconds: 1500ms would be sent as 1 or 2.
+TEST(ValidateConfigTest, ServerKeepaliveIsWholeSeconds) {
+  Config config = Valid();
+  config.pool.server_tcp_keepalive_idle = absl::Milliseconds(1500);
+  config.pool.server_tcp_keepalive_interval = absl::Seconds(2);
+  config.pool.server_tcp_keepalive_count = -1;
+  const std::string error = ErrorOf(config);
+  EXPECT_THAT(error, HasSubstr("pool.server_tcp_keepalive_idle: must be whole seconds (or 0 for "
+                               "the system's value), got 1.5s"));
+  EXPECT_THAT(error, Not(HasSubstr("pool.server_tcp_keepalive_interval")));
+  EXPECT_THAT(error, HasSubstr("pool.server_tcp_keepalive_count: must not be negative, got -1"));
 }
 
 TEST(ValidateConfigTest, MetricsListenAcceptsIpv6) {

@@ -435,5 +435,23 @@ TEST_F(ServerLoginTest, FailedByPgfleetIsAFatalForClients) {
                         "server refused the TLS request");
 }
 
+// Every login asks PostgreSQL to watch the connection: the defaults, then each one turned off.
+TEST(ServerLoginSettingsTest, WatchTheConnectionUnlessTurnedOff) {
+  config::PoolConfig pool;
+  using Settings = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(ServerLoginSettings(pool), (Settings{{"client_connection_check_interval", "500ms"},
+                                                 {"tcp_keepalives_idle", "20000ms"},
+                                                 {"tcp_keepalives_interval", "5000ms"},
+                                                 {"tcp_keepalives_count", "3"},
+                                                 {"tcp_user_timeout", "35000ms"}}));
+  pool.server_connection_check_interval = absl::ZeroDuration();
+  pool.server_tcp_user_timeout = absl::ZeroDuration();
+  pool.server_tcp_keepalive_count = 0;
+  EXPECT_EQ(ServerLoginSettings(pool),
+            (Settings{{"tcp_keepalives_idle", "20000ms"}, {"tcp_keepalives_interval", "5000ms"}}));
+  pool.tcp_keepalive = false;  // no keepalive: none of its timings
+  EXPECT_EQ(ServerLoginSettings(pool), Settings{});
+}
+
 }  // namespace server_login_test
 }  // namespace pgfleet::pool
