@@ -54,7 +54,8 @@ std::vector<PodCapTarget::Usage> PodCapTarget::Usages() {
     if (!db.has_value() || db->max_db_connections <= 0) continue;
     auto key = counts_->Intern(PodServerCounts::DatabaseKeyText(name));
     if (!key.has_value()) continue;
-    out.push_back(Usage{name, db->max_db_connections, counts_->Total(*key), demand[name]});
+    out.push_back(Usage{name, db->max_db_connections, counts_->Total(*key), demand[name],
+                        counts_->BackendPids(*key)});
   }
   return out;
 }
@@ -109,7 +110,10 @@ void PodLease::Start() {
     PGFLEET_LOG(kInfo, "pod_lease_restored", "databases=", shares.size());
   }
   lease_->Attach(&target_, [](const controller::v1::Directory&) {});
-  publish_timer_ = loop_.RunEvery(kPublishInterval, [this] { PublishTimes(); });
+  publish_timer_ = loop_.RunEvery(kPublishInterval, [this] {
+    PublishTimes();
+    lease_->ReportIfOpened();
+  });
 }
 
 void PodLease::PublishTimes() {

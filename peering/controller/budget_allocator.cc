@@ -73,11 +73,20 @@ void BudgetAllocator::ExpireWorker(WorkerId id) {
   if (it == workers_.end()) return;
   it->second.live = false;
   for (auto& [name, share] : it->second.dbs) {
-    // The worker fell back to min(cap, floor) on its own before its lease ended here.
-    share.held = std::min(share.held, share.floor_held);
+    // The worker falls back to min(cap, floor) on its own, but what it held stays counted: see
+    // SetLostBackends.
     share.cap = std::min(share.cap, share.floor);
     share.demand = 0;
   }
+}
+
+void BudgetAllocator::SetLostBackends(WorkerId id, const std::string& database, int listed) {
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.live) return;
+  auto db = it->second.dbs.find(database);
+  if (db == it->second.dbs.end()) return;
+  DbShare& share = db->second;
+  share.held = std::min(share.held, std::max(share.floor_held, listed));
 }
 
 void BudgetAllocator::RemoveWorker(WorkerId id) { workers_.erase(id); }

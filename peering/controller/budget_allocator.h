@@ -7,8 +7,10 @@
 //   - a raise counts the moment it is decided (the grant may already be on the wire);
 //   - a lowered cap still counts at its old value until the worker acknowledges a grant at or
 //     after the lowering (it acks once it is under the cap), and only then is the room free;
-//   - a worker whose lease ran out counts at its floor (it shrank to the floor by itself before
-//     the controller's view of its lease ended) until it is removed;
+//   - a worker whose lease ran out keeps counting what it held: it may be frozen, dead with
+//     backends PostgreSQL has not ended yet, or alive and closing busy servers only as their
+//     transactions end. SetLostBackends brings it down to max(floor, the backends PostgreSQL
+//     still lists), once the caller knows (docs/architecture.md, "Connection budget");
 //   - `reserved` is room the caller holds back for workers it does not know (a restarted
 //     controller waiting for the members its predecessor had).
 // Rebalance() only raises into free room, so the invariant holds after every call, whatever the
@@ -78,8 +80,12 @@ class BudgetAllocator {
   // Its stream broke: it keeps what it holds (fail-static) and is neither raised nor lowered
   // (nothing would reach it) until AddWorker, or ExpireWorker when its lease runs out.
   void DetachWorker(WorkerId worker);
-  // Its lease ran out: from now on it counts at its floor and is granted nothing until AddWorker.
+  // Its lease ran out: it is granted nothing until AddWorker, and counts what it held until
+  // SetLostBackends.
   void ExpireWorker(WorkerId worker);
+  // An expired worker has `listed` backends of `database` that PostgreSQL may still run: it now
+  // counts max(floor, listed), never more than before.
+  void SetLostBackends(WorkerId worker, const std::string& database, int listed);
   // It left with nothing open, or it was forgotten: it counts nothing.
   void RemoveWorker(WorkerId worker);
   bool HasWorker(WorkerId worker) const;

@@ -18,7 +18,8 @@ std::vector<DatabaseReport> FromWire(const Databases& databases) {
   out.reserve(databases.size());
   for (const auto& db : databases) {
     out.push_back(
-        DatabaseReport{db.database(), db.budget(), db.cap(), db.floor(), db.open(), db.demand()});
+        DatabaseReport{db.database(), db.budget(), db.cap(), db.floor(), db.open(), db.demand(),
+                       {db.backend_pids().begin(), db.backend_pids().end()}});
   }
   return out;
 }

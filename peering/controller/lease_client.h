@@ -58,6 +58,11 @@ class LeaseClient {
   // worker is gone, so its share is free at once. Waits at most `timeout`.
   void Leave(absl::Duration timeout);
 
+  // Reports now if a database has more servers open than the last report said, so that the
+  // controller hears of a new backend (its pid) within the caller's period (the pod's lease: 25
+  // ms), not a renew interval later.
+  void ReportIfOpened();
+
   uint32_t peer_id() const { return state_.peer_id(); }
   bool has_lease() const { return state_.has_lease(); }
   // The cap in force per database (absent = none granted yet, i.e. 0).
@@ -116,6 +121,7 @@ class LeaseClient {
   net::EventLoop::TimerId tick_timer_ = 0;
   net::EventLoop::TimerId report_timer_ = 0;
   absl::Duration report_interval_;
+  std::map<std::string, int> reported_open_;  // per database, in the last report
 };
 
 }  // namespace pgfleet::peering::controller

@@ -180,6 +180,7 @@ std::vector<DatabaseReport> LeaseState::Databases(bool with_demand) const {
     db.cap = RawCapFor(usage.database);
     db.floor = FloorFor(usage.database);
     db.open = usage.open;
+    db.backend_pids = usage.backend_pids;
     if (with_demand) {
       auto peak = peak_demand_.find(usage.database);
       db.demand = std::max(usage.demand, peak == peak_demand_.end() ? 0 : peak->second);

@@ -30,6 +30,7 @@ class CapTarget {
     int budget = 0;  // the fleet budget from the config
     int open = 0;    // server connections open or opening now
     int demand = 0;  // servers in use + clients waiting now, at most what the pools could use
+    std::vector<uint32_t> backend_pids;  // of the servers open, where known
   };
   // Every database with a fleet budget that this worker knows of.
   virtual std::vector<Usage> Usages() = 0;
@@ -48,6 +49,7 @@ struct DatabaseReport {
   int floor = 0;
   int open = 0;
   int demand = 0;  // only in Hello and Report
+  std::vector<uint32_t> backend_pids;
 };
 
 class LeaseState {

@@ -102,6 +102,9 @@ std::optional<Membership::Joined> Membership::Join(const JoinRequest& hello, abs
   member.budget = hello.role != JoinRequest::Role::kWorkerOfPod;
   member.open.clear();
   member.sent_caps.clear();
+  member.backends.clear();
+  member.listed.clear();
+  member.lost_settled = false;
 
   if (!pod_lease) {
     Pod& pod = pods_[hello.pod_id];
@@ -117,6 +120,7 @@ std::optional<Membership::Joined> Membership::Join(const JoinRequest& hello, abs
           HeldShare{std::max(db.cap, 0), std::max(db.floor, 0), std::max(db.open, 0)};
       member.sent_caps[db.database] = std::max(db.cap, 0);
       member.open[db.database] = db.open;
+      member.backends[db.database] = db.backend_pids;
     }
     allocator_.AddWorker(member.handle, held);
   }
@@ -145,6 +149,7 @@ bool Membership::Report(const std::string& key, uint64_t report_seq,
     allocator_.SetDemand(member.handle, db.database, db.demand, now);
     allocator_.SetOpen(member.handle, db.database, db.open);
     member.open[db.database] = db.open;
+    member.backends[db.database] = db.backend_pids;
   }
   return true;
 }
@@ -155,7 +160,10 @@ bool Membership::Ack(const std::string& key, uint64_t grant_seq,
   if (it == members_.end() || it->second.expired) return false;
   Member& member = it->second;
   if (!member.budget) return true;
-  for (const auto& db : databases) member.open[db.database] = db.open;
+  for (const auto& db : databases) {
+    member.open[db.database] = db.open;
+    member.backends[db.database] = db.backend_pids;
+  }
   allocator_.Ack(member.handle, grant_seq);
   return true;
 }
@@ -170,9 +178,78 @@ bool Membership::Leave(const std::string& key, const std::vector<DatabaseReport>
     Remove(key, now);
     return true;
   }
-  it->second.expired = true;
-  if (it->second.budget) allocator_.ExpireWorker(it->second.handle);
+  for (const auto& db : databases) {
+    it->second.open[db.database] = db.open;
+    it->second.backends[db.database] = db.backend_pids;
+  }
+  Lose(it->second, now);
   return false;
+}
+
+void Membership::Lose(Member& member, absl::Time now) {
+  member.expired = true;
+  if (!member.budget) return;
+  allocator_.ExpireWorker(member.handle);
+  member.expired_at = now;
+  member.listed.clear();
+  for (const auto& [db, pids] : member.backends) member.listed[db] = static_cast<int>(pids.size());
+  member.held_at_loss.clear();
+  for (const auto& db : allocator_.Databases()) {
+    if (auto share = allocator_.Share(member.handle, db)) member.held_at_loss[db] = share->held;
+  }
+  member.lost_settled = false;
+  UpdateLost(member, now);
+}
+
+void Membership::UpdateLost(Member& member, absl::Time now) {
+  if (!member.expired || !member.budget || member.lost_settled) return;
+  const bool hold_over = now >= member.expired_at + options_.lost_room_hold;
+  bool settled = true;
+  for (const auto& [db, held] : member.held_at_loss) {
+    auto pids = member.backends.find(db);
+    const int reported = pids == member.backends.end() ? 0 : static_cast<int>(pids->second.size());
+    const int unknown = hold_over ? 0 : std::max(0, held - reported);
+    int listed = 0;
+    if (options_.backends_checked) {
+      auto it = member.listed.find(db);
+      listed = it == member.listed.end() ? 0 : it->second;
+    } else if (!hold_over) {
+      listed = reported;
+    }
+    allocator_.SetLostBackends(member.handle, db, listed + unknown);
+    if (listed + unknown > 0) settled = false;
+  }
+  member.lost_settled = settled;
+}
+
+std::vector<uint32_t> Membership::LostBackendPids() const {
+  std::vector<uint32_t> pids;
+  for (const auto& [key, member] : members_) {
+    if (!member.expired || !member.budget || member.lost_settled) continue;
+    for (const auto& [db, listed] : member.backends) pids.insert(pids.end(), listed.begin(), listed.end());
+  }
+  return pids;
+}
+
+void Membership::BackendsListed(const std::vector<uint32_t>& asked,
+                                const std::set<uint32_t>& listed, absl::Time now) {
+  const std::set<uint32_t> asked_set(asked.begin(), asked.end());
+  for (auto& [key, member] : members_) {
+    if (!member.expired || !member.budget || member.lost_settled) continue;
+    bool all_asked = true;
+    for (const auto& [db, pids] : member.backends) {
+      for (uint32_t pid : pids) all_asked = all_asked && asked_set.contains(pid);
+    }
+    if (!all_asked) continue;  // it was lost after the question was sent
+    for (const auto& [db, pids] : member.backends) {
+      int count = 0;
+      for (uint32_t pid : pids) count += listed.contains(pid) ? 1 : 0;
+      // Only ever fewer: a pid PostgreSQL reuses for a new backend is not the member's.
+      auto& known = member.listed[db];
+      known = std::min(known, count);
+    }
+    UpdateLost(member, now);
+  }
 }
 
 void Membership::Detach(const std::string& key) {
@@ -207,9 +284,10 @@ Membership::TickOutcome Membership::Tick(absl::Time now) {
   for (auto& [key, member] : members_) {
     const absl::Duration silent = now - member.last_heard;
     if (!member.expired && silent > options_.lease_timeout) {
-      member.expired = true;
-      if (member.budget) allocator_.ExpireWorker(member.handle);
+      Lose(member, now);
       outcome.expired.push_back(Expired{key, member.peer_id, silent});
+    } else {
+      UpdateLost(member, now);
     }
     if (member.expired && silent > options_.forget_after) outcome.forgotten.push_back(key);
   }

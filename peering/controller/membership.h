@@ -26,6 +26,15 @@ struct MembershipOptions {
   absl::Duration lease_timeout = absl::Seconds(15);
   absl::Duration forget_after = absl::Minutes(5);
   int min_share = 1;
+  // A lost member's room (its lease ran out, or it left with servers open) is given to others
+  // only as its backends go (docs/architecture.md, "Connection budget"). With `backends_checked`
+  // (the controller's monitor asks PostgreSQL: BackendsListed), a backend whose pid the member
+  // reported counts until PostgreSQL no longer lists it; without, until lost_room_hold after the
+  // expiry. The rest of the room it held counts until lost_room_hold either way: it may have
+  // opened servers the controller never heard of (a login under way, a report lost with a
+  // network partition).
+  absl::Duration lost_room_hold = absl::Seconds(35);
+  bool backends_checked = false;
 };
 
 // A worker's Hello, without the wire format.
@@ -63,6 +72,13 @@ class Membership {
     bool budget = true;                    // the allocator counts it (not a worker of a pod)
     std::map<std::string, int> open;       // last reported, per database
     std::map<std::string, int> sent_caps;  // last cap granted, per database
+    std::map<std::string, std::vector<uint32_t>> backends;  // last reported pids, per database
+    // While lost (expired, and not all of its room is back): since when, and how many of its
+    // reported backends PostgreSQL listed at the last check, per database.
+    absl::Time expired_at;
+    std::map<std::string, int> held_at_loss;
+    std::map<std::string, int> listed;
+    bool lost_settled = false;
   };
   struct Pod {
     uint32_t block = 0;
@@ -126,6 +142,14 @@ class Membership {
     int raises = 0;  // shares above the cap last sent
     int lowers = 0;
   };
+  // The reported backend pids of every lost member whose room is not all back yet: the ones the
+  // controller's monitor asks PostgreSQL about.
+  std::vector<uint32_t> LostBackendPids() const;
+  // PostgreSQL was asked about `asked` (a LostBackendPids) and lists `listed` of them now: the
+  // room of the others goes back. A member whose pids were not all asked about waits for the next.
+  void BackendsListed(const std::vector<uint32_t>& asked, const std::set<uint32_t>& listed,
+                      absl::Time now);
+
   // The allocator's grants for connected members, each remembered as sent.
   std::vector<Grant> Rebalance(absl::Time now);
 
@@ -140,6 +164,10 @@ class Membership {
 
  private:
   void Remove(const std::string& key, absl::Time now);
+  // The member's lease ran out, or it left with servers open.
+  void Lose(Member& member, absl::Time now);
+  // Tells the allocator how much of a lost member's room may still be in use.
+  void UpdateLost(Member& member, absl::Time now);
   // The pod's block: its current one, else the claimed one, else a free one (0 when none is
   // left). `conflict` gets the pod already holding a claimed block.
   uint32_t BlockFor(const std::string& pod_id, uint32_t claimed_block, absl::Time now,

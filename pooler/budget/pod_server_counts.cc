@@ -51,7 +51,7 @@ struct PodServerCounts::Slot {
 // Which layout a region has: bumped on any change to Region or Slot. During a rolling restart
 // after an upgrade, workers of the new build attach to the region the running supervisor made
 // with the old one; they must refuse it, not misread it or fault past its end.
-constexpr uint64_t kLayout = 0x7067'666c'0000'0004;  // "pgfl", version 4
+constexpr uint64_t kLayout = 0x7067'666c'0000'0005;  // "pgfl", version 5
 
 struct PodServerCounts::Region {
   std::atomic<uint64_t> layout;      // kLayout, written by CreateSharedRegion
@@ -67,7 +67,21 @@ struct PodServerCounts::Region {
   std::atomic<int32_t> waiting[kWorkers][kKeys];
   std::atomic<int64_t> oldest_wait[kWorkers][kKeys];
   std::atomic<int32_t> demand[kWorkers][kKeys];
+  std::atomic<uint64_t> backends[kBackendSlots];  // BackendRecord, 0 = free
 };
+
+namespace {
+// One server's backend in one word: pid (32 bits), database key (16), owning worker (8), and a
+// bit that makes a record never 0.
+constexpr uint64_t kBackendUsed = uint64_t{1} << 63;
+uint64_t BackendRecord(uint32_t pid, uint32_t database, uint32_t worker) {
+  return kBackendUsed | (uint64_t{worker & 0xff} << 48) | (uint64_t{database & 0xffff} << 32) |
+         pid;
+}
+uint32_t RecordPid(uint64_t record) { return static_cast<uint32_t>(record); }
+uint32_t RecordDatabase(uint64_t record) { return static_cast<uint32_t>(record >> 32) & 0xffff; }
+uint32_t RecordWorker(uint64_t record) { return static_cast<uint32_t>(record >> 48) & 0xff; }
+}  // namespace
 
 PodServerCounts::Region* PodServerCounts::Map(int fd) {
   void* p = mmap(nullptr, sizeof(Region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -110,15 +124,24 @@ PodServerCounts::HeldServers PodServerCounts::DetachWorker(int region_fd, uint32
     if (waiting != 0) region->slots[key].waiting_total.fetch_sub(waiting);
     region->demand[worker][key].store(0);
   }
+  // Its backends stay listed while its servers are held: PostgreSQL may still run them.
+  for (uint32_t slot = 0; slot < kBackendSlots; ++slot) {
+    const uint64_t record = region->backends[slot].load();
+    if (record != 0 && RecordWorker(record) == worker) held.backends.emplace_back(slot, record);
+  }
   munmap(region, sizeof(Region));
   return held;
 }
 
 void PodServerCounts::ReleaseHeld(int region_fd, const HeldServers& held) {
-  if (held.open.empty()) return;
+  if (held.open.empty() && held.backends.empty()) return;
   Region* region = Map(region_fd);
   if (region == nullptr) return;
   for (const auto& [key, open] : held.open) region->slots[key].total.fetch_sub(open);
+  for (auto [slot, record] : held.backends) {
+    // Unless the slot was freed and taken again since (a worker restarted in its place).
+    region->backends[slot].compare_exchange_strong(record, 0);
+  }
   munmap(region, sizeof(Region));
 }
 
@@ -244,6 +267,49 @@ void PodServerCounts::Transfer(std::initializer_list<Key> keys, uint32_t from, u
     region_->open[to][key].fetch_add(1);
     region_->open[from][key].fetch_sub(1);
   }
+}
+
+int PodServerCounts::RecordBackend(Key database, uint32_t pid) {
+  const uint64_t record = BackendRecord(pid, database, worker_);
+  // Start where the pid points, so workers recording at once rarely race for one slot.
+  for (uint32_t probe = 0; probe < kBackendSlots; ++probe) {
+    const uint32_t slot = (pid + probe) % kBackendSlots;
+    uint64_t expected = 0;
+    if (region_->backends[slot].load(std::memory_order_relaxed) == 0 &&
+        region_->backends[slot].compare_exchange_strong(expected, record)) {
+      return static_cast<int>(slot);
+    }
+  }
+  return -1;
+}
+
+void PodServerCounts::ForgetBackend(int slot) {
+  if (slot >= 0) region_->backends[slot].store(0);
+}
+
+void PodServerCounts::MoveBackend(int slot, uint32_t to) {
+  if (slot < 0) return;
+  const uint64_t record = region_->backends[slot].load();
+  if (record == 0) return;
+  region_->backends[slot].store(BackendRecord(RecordPid(record), RecordDatabase(record), to));
+}
+
+int PodServerCounts::FindBackend(uint32_t pid) const {
+  for (uint32_t probe = 0; probe < kBackendSlots; ++probe) {
+    const uint32_t slot = (pid + probe) % kBackendSlots;
+    const uint64_t record = region_->backends[slot].load();
+    if (record != 0 && RecordPid(record) == pid) return static_cast<int>(slot);
+  }
+  return -1;
+}
+
+std::vector<uint32_t> PodServerCounts::BackendPids(Key database) const {
+  std::vector<uint32_t> pids;
+  for (const auto& slot : region_->backends) {
+    const uint64_t record = slot.load(std::memory_order_relaxed);
+    if (record != 0 && RecordDatabase(record) == database) pids.push_back(RecordPid(record));
+  }
+  return pids;
 }
 
 int PodServerCounts::Total(Key key) const { return region_->slots[key].total.load(); }

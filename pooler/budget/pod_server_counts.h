@@ -32,6 +32,8 @@ class PodServerCounts {
   static constexpr uint32_t kWorkers = 256;  // local peer ids are 8 bits
   static constexpr uint32_t kKeys = 2048;
   static constexpr size_t kMaxKeyLength = 192;
+  // Backend pids of the pod's servers (RecordBackend): more than any pod's budget.
+  static constexpr uint32_t kBackendSlots = 8192;
 
   using Key = uint32_t;
   // A limit of 0 is unlimited; a negative limit admits nothing.
@@ -49,6 +51,7 @@ class PodServerCounts {
   // counts are cleared at once, so a worker restarted in its slot starts from zero.
   struct HeldServers {
     std::vector<std::pair<Key, int32_t>> open;  // per key, the servers still counted
+    std::vector<std::pair<uint32_t, uint64_t>> backends;  // slots and their records, still listed
   };
   static HeldServers DetachWorker(int region_fd, uint32_t worker);
   static void ReleaseHeld(int region_fd, const HeldServers& held);
@@ -81,6 +84,19 @@ class PodServerCounts {
   // Servers open in the whole pod, and held by this worker.
   int Total(Key key) const;
   int Mine(Key key) const;
+
+  // The backend pid of each open server, per database, so that the pod's lease can tell the
+  // controller which backends are the pod's: when the pod is lost (killed, frozen, cut off), the
+  // controller gives its room to others only once PostgreSQL no longer lists them (docs/
+  // architecture.md, "Connection budget"). A record is one atomic word; it follows its server
+  // to a sibling (MoveBackend) and stays listed while a dead worker's servers are held.
+  // RecordBackend returns the record's slot, or -1 when every slot is taken.
+  int RecordBackend(Key database, uint32_t pid);
+  void ForgetBackend(int slot);
+  void MoveBackend(int slot, uint32_t to);
+  // The slot recording `pid` (a server that arrived from a sibling), or -1.
+  int FindBackend(uint32_t pid) const;
+  std::vector<uint32_t> BackendPids(Key database) const;
 
   // This worker's idle servers and waiting clients of a pool, for siblings to see.
   void AddIdle(Key pool, int delta);

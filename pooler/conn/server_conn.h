@@ -91,6 +91,7 @@ class ServerConn final : public net::Connection, public base::ListNode {
   // The room this server holds in the pod's and the worker's counts (ServerBudget).
   const ServerRoom& room() const { return room_; }
   void set_room(ServerRoom room) { room_ = std::move(room); }
+  ServerRoom& mutable_room() { return room_; }
 
   // Logged in to a host that does not fit target_session_attrs: its close is no failed login.
   void MarkHostRejected() { host_rejected_ = true; }

@@ -21,6 +21,7 @@ struct ServerRoom {
   std::string database;     // this worker's count per database (caps, metrics)
   std::string server_user;  // ... and per server user
   bool reserve = false;     // opened with the reserve pool's room
+  int backend_slot = -1;    // its backend pid's record in the pod's counts, once logged in
 };
 
 }  // namespace pgfleet::pool

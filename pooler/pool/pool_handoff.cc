@@ -171,7 +171,7 @@ void Pool::AdoptServer(int fd, const ServerHandoff& moved) {
   if (keys.has_value()) room.keys = *keys;
   room.database = db_.name;
   room.server_user = server_user();
-  host_->budget().MovedIn(room);
+  host_->budget().MovedIn(room, server->backend_pid());
   server->set_room(std::move(room));
   servers_.Add(server);  // kIdle
   ++stats_.servers_adopted;

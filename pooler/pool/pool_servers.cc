@@ -37,6 +37,7 @@ bool Pool::AcceptLogin(ServerConn* server) {
 }
 
 void Pool::OnServerReady(ServerConn* server) {
+  host_->budget().RecordBackend(server->mutable_room(), server->backend_pid());
   if (!AcceptLogin(server)) {
     // Not a failed login: the host answered, it is just not the kind this entry wants. Another
     // host is tried at once; this one again after HostSelector::kRoleRecheck.

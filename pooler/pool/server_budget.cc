@@ -75,21 +75,32 @@ std::optional<ServerRoom> ServerBudget::TryOpen(const BudgetedPool& pool, Purpos
 }
 
 void ServerBudget::Closed(const ServerRoom& room) {
+  pod_.ForgetBackend(room.backend_slot);
   pod_.Release({room.keys.pool, room.keys.database, room.keys.user});
   CountLocal(room, -1);
 }
 
 void ServerBudget::MovedOut(const ServerRoom& room, uint32_t to) {
+  pod_.MoveBackend(room.backend_slot, to);
   pod_.Transfer({room.keys.pool, room.keys.database, room.keys.user}, pod_.worker(), to);
   CountLocal(room, -1);
 }
 
 void ServerBudget::MoveFailed(const ServerRoom& room, uint32_t to) {
+  pod_.MoveBackend(room.backend_slot, pod_.worker());
   pod_.Transfer({room.keys.pool, room.keys.database, room.keys.user}, to, pod_.worker());
   CountLocal(room, +1);
 }
 
-void ServerBudget::MovedIn(const ServerRoom& room) { CountLocal(room, +1); }
+void ServerBudget::MovedIn(ServerRoom& room, uint32_t backend_pid) {
+  room.backend_slot = pod_.FindBackend(backend_pid);
+  CountLocal(room, +1);
+}
+
+void ServerBudget::RecordBackend(ServerRoom& room, uint32_t backend_pid) {
+  if (room.backend_slot >= 0 || backend_pid == 0) return;
+  room.backend_slot = pod_.RecordBackend(room.keys.database, backend_pid);
+}
 
 void ServerBudget::ReleaseArrived(const std::string& database, const std::string& user) {
   auto pool_key = pod_.Intern(PodServerCounts::PoolKeyText(database, user));

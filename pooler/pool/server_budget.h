@@ -83,7 +83,10 @@ class ServerBudget {
   // A server moved to sibling `to` / arrived from a sibling: the pod's totals stay, this worker's
   // counts follow the server.
   void MovedOut(const ServerRoom& room, uint32_t to);
-  void MovedIn(const ServerRoom& room);
+  // `room.backend_slot` gets the record of `backend_pid`, which the sibling moved to us.
+  void MovedIn(ServerRoom& room, uint32_t backend_pid);
+  // The server's login told its backend pid: listed in the pod's counts for the pod's lease.
+  void RecordBackend(ServerRoom& room, uint32_t backend_pid);
   // A hand-off that could not be sent after MovedOut: the server stays here.
   void MoveFailed(const ServerRoom& room, uint32_t to);
   // A server arrived for a database this worker no longer knows: its room goes back to the pod.

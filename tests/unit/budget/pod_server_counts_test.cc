@@ -2,6 +2,7 @@
 // together, and a dead worker's servers come back.
 #include "pooler/budget/pod_server_counts.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -117,6 +118,32 @@ TEST_F(PodServerCountsTest, ADeadWorkersServersStayCountedUntilReleased) {
   PodServerCounts::ReleaseHeld(fd_, held);
   EXPECT_EQ(a_.Total(pool), 1);
   EXPECT_TRUE(a_.TryReserve({{pool, 3}, {db, 3}}));
+}
+
+// The pod's lease reports its backends' pids per database (issue 34): a server's record follows
+// it to a sibling, and a dead worker's stay listed while its servers are held.
+TEST_F(PodServerCountsTest, BackendPidsAreListedPerDatabaseUntilTheirServersGo) {
+  using ::testing::UnorderedElementsAre;
+  const auto app = *a_.Intern(PodServerCounts::DatabaseKeyText("app"));
+  const auto other = *a_.Intern(PodServerCounts::DatabaseKeyText("other"));
+  const int first = a_.RecordBackend(app, 101);
+  const int second = b_.RecordBackend(app, 102);
+  ASSERT_GE(first, 0);
+  ASSERT_GE(second, 0);
+  ASSERT_GE(b_.RecordBackend(other, 103), 0);
+  EXPECT_THAT(b_.BackendPids(app), UnorderedElementsAre(101, 102));
+  EXPECT_THAT(a_.BackendPids(other), UnorderedElementsAre(103));
+  // 102 moves from b to a: a finds its record; b's death no longer takes it along.
+  b_.MoveBackend(second, a_.worker());
+  EXPECT_EQ(a_.FindBackend(102), second);
+  PodServerCounts::HeldServers held = PodServerCounts::DetachWorker(fd_, b_.worker());
+  ASSERT_EQ(held.backends.size(), 1u);  // 103's
+  EXPECT_THAT(a_.BackendPids(other), UnorderedElementsAre(103));
+  PodServerCounts::ReleaseHeld(fd_, held);
+  EXPECT_TRUE(a_.BackendPids(other).empty());
+  a_.ForgetBackend(first);
+  EXPECT_THAT(a_.BackendPids(app), UnorderedElementsAre(102));
+  EXPECT_EQ(a_.FindBackend(101), -1);
 }
 
 TEST_F(PodServerCountsTest, SiblingsSeeEachOthersIdleServersAndWaitingClients) {

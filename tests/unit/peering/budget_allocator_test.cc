@@ -99,7 +99,9 @@ TEST(BudgetAllocatorTest, RejoinedWorkerStillClosingServersFreesRoomAsItReportsT
   EXPECT_EQ(alloc.Committed("app"), 12);
 }
 
-TEST(BudgetAllocatorTest, ExpiredWorkerCountsAtItsFloorUntilRemoved) {
+// A lost worker (frozen, killed, cut off) keeps its room until the caller knows how many of its
+// backends PostgreSQL still lists; then it counts at least its floor, and never more than before.
+TEST(BudgetAllocatorTest, ExpiredWorkerCountsWhatItHeldUntilItsBackendsAreGone) {
   BudgetAllocator alloc;
   alloc.SetBudget("app", 10);
   alloc.AddWorker(1, {});
@@ -109,6 +111,16 @@ TEST(BudgetAllocatorTest, ExpiredWorkerCountsAtItsFloorUntilRemoved) {
   alloc.ExpireWorker(2);
   alloc.SetDemand(1, "app", 50, kT0);
   ApplyAndAck(alloc, alloc.Rebalance(kT0));
+  EXPECT_EQ(alloc.Share(1, "app")->cap, 5);
+  EXPECT_EQ(alloc.Committed("app"), 10);
+  alloc.SetLostBackends(2, "app", 3);
+  ApplyAndAck(alloc, alloc.Rebalance(kT0));
+  EXPECT_EQ(alloc.Share(1, "app")->cap, 7);
+  alloc.SetLostBackends(2, "app", 4);
+  EXPECT_EQ(alloc.Share(2, "app")->held, 3);
+  alloc.SetLostBackends(2, "app", 0);
+  ApplyAndAck(alloc, alloc.Rebalance(kT0));
+  EXPECT_EQ(alloc.Share(2, "app")->held, 1);  // its floor: it may open that much on its own
   EXPECT_EQ(alloc.Share(1, "app")->cap, 9);
   alloc.RemoveWorker(2);
   alloc.Rebalance(kT0);
@@ -353,6 +365,13 @@ TEST_P(BudgetAllocatorSimTest, OpenConnectionsNeverExceedBudget) {
         continue;
       }
       if (silent > kControllerLease && alloc.IsLive(it->first)) alloc.ExpireWorker(it->first);
+      // What a monitoring connection sees: the backends a lost worker still has.
+      if (!alloc.IsLive(it->first)) {
+        auto w = workers.find(it->first);
+        for (const auto& db : dbs) {
+          alloc.SetLostBackends(it->first, db, w == workers.end() ? 0 : w->second.open.at(db));
+        }
+      }
       ++it;
     }
     for (auto& grant : alloc.Rebalance(now)) {

@@ -23,7 +23,7 @@ constexpr absl::Duration kForget = absl::Seconds(10);
 // (all of them when forced).
 class FakeTarget final : public CapTarget {
  public:
-  std::vector<Usage> Usages() override { return {Usage{"app", 20, open, demand}}; }
+  std::vector<Usage> Usages() override { return {Usage{"app", 20, open, demand, {}}}; }
   void SetCap(const std::string& database, int cap, int) override { caps[database] = cap; }
   int Enforce(const std::string& database, bool force) override {
     enforced.push_back(force);

@@ -48,7 +48,7 @@ class MembershipTest : public ::testing::Test {
     return joined.value_or(Membership::Joined{});
   }
   bool Report(const std::string& key, uint64_t seq = 1) {
-    return membership_.Report(key, seq, {DatabaseReport{"app", 10, 0, 0, 0, 1}}, clock_.Now());
+    return membership_.Report(key, seq, {DatabaseReport{"app", 10, 0, 0, 0, 1, {}}}, clock_.Now());
   }
   const Membership::Member& Get(const std::string& key) {
     const Membership::Member* member = membership_.Find(key);
@@ -108,7 +108,7 @@ TEST_F(MembershipTest, APodsLeaseTakesTheBudgetAndItsWorkersOnlyTheirIds) {
   EXPECT_GT(caps[lease.key], 0);
   EXPECT_FALSE(membership_.allocator().Share(Get(w1.key).handle, "app").has_value());
   // The lease leaving does not take the pod's block away from its workers.
-  EXPECT_TRUE(membership_.Leave(lease.key, {DatabaseReport{"app", 10, 0, 0, 0, 0}}, clock_.Now()));
+  EXPECT_TRUE(membership_.Leave(lease.key, {DatabaseReport{"app", 10, 0, 0, 0, 0, {}}}, clock_.Now()));
   EXPECT_EQ(membership_.pods().at("pod-a").block, protocol::PodBlockOfPeerId(w1.peer_id));
   // A pod's lease names no worker and no peer id.
   JoinRequest bad = Hello("pod-a", 3);
@@ -166,7 +166,7 @@ TEST_F(MembershipTest, RejoinAfterExpiryRenewsTheLease) {
   membership_.Detach("pod-a/1");
   EXPECT_FALSE(Get("pod-a/1").connected);
   JoinRequest hello = Hello("pod-a", 1, first.peer_id);
-  hello.databases.push_back(DatabaseReport{"app", 10, 1, 1, 1, 0});
+  hello.databases.push_back(DatabaseReport{"app", 10, 1, 1, 1, 0, {}});
   auto again = Join(hello);
   EXPECT_TRUE(again.rejoin);
   EXPECT_TRUE(again.reclaimed);
@@ -181,9 +181,9 @@ TEST_F(MembershipTest, RejoinAfterExpiryRenewsTheLease) {
 TEST_F(MembershipTest, LeaveWithNothingOpenRemovesWithServersOpenExpires) {
   Join(Hello("pod-a", 1));
   Join(Hello("pod-a", 2));
-  EXPECT_TRUE(membership_.Leave("pod-a/1", {DatabaseReport{"app", 10, 0, 0, 0, 0}}, clock_.Now()));
+  EXPECT_TRUE(membership_.Leave("pod-a/1", {DatabaseReport{"app", 10, 0, 0, 0, 0, {}}}, clock_.Now()));
   EXPECT_EQ(membership_.Find("pod-a/1"), nullptr);
-  EXPECT_FALSE(membership_.Leave("pod-a/2", {DatabaseReport{"app", 10, 1, 1, 1, 0}}, clock_.Now()));
+  EXPECT_FALSE(membership_.Leave("pod-a/2", {DatabaseReport{"app", 10, 1, 1, 1, 0, {}}}, clock_.Now()));
   EXPECT_TRUE(Get("pod-a/2").expired);
   EXPECT_EQ(membership_.pods().size(), 1u);
 }
@@ -257,6 +257,85 @@ TEST_F(MembershipTest, TwoPodsClaimingOneBlockAreBothKept) {
   EXPECT_EQ(b.conflict_holder, "pod-a");
   EXPECT_EQ(membership_.pods().size(), 2u);
 }
+
+// A lost pod's room (issue 34): what it held stays counted; the backends it reported count until
+// PostgreSQL no longer lists them, the rest of its room until lost_room_hold.
+class LostRoomFixture {
+ protected:
+  static constexpr absl::Duration kHold = absl::Seconds(8);
+  explicit LostRoomFixture(bool checked)
+      : membership_(MembershipOptions{kLease, kForget, 1, kHold, checked}) {
+    membership_.allocator().SetBudget("app", 10);
+    membership_.Start(clock_.Now());
+  }
+  // pod-a holds a cap of 6 with two servers (pids 101, 102); pod-b asks for everything.
+  void Lose() {
+    JoinRequest a;
+    a.pod_id = "pod-a";
+    a.role = JoinRequest::Role::kPod;
+    a.databases = {DatabaseReport{"app", 10, 6, 1, 2, 6, {101, 102}}};
+    ASSERT_TRUE(membership_.Join(a, clock_.Now()).has_value());
+    JoinRequest b = a;
+    b.pod_id = "pod-b";
+    b.databases = {DatabaseReport{"app", 10, 1, 1, 0, 20, {}}};
+    ASSERT_TRUE(membership_.Join(b, clock_.Now()).has_value());
+    clock_.Advance(kLease + absl::Milliseconds(1));
+    ASSERT_TRUE(membership_.Report("pod-b/pod", 1, b.databases, clock_.Now()));
+    ASSERT_THAT(Keys(membership_.Tick(clock_.Now()).expired), ElementsAre("pod-a/pod"));
+  }
+  int Held(const std::string& key) {
+    return membership_.allocator().Share(membership_.Find(key)->handle, "app")->held;
+  }
+
+  base::FakeClock clock_;
+  Membership membership_;
+};
+
+class LostRoomTest : public LostRoomFixture, public ::testing::TestWithParam<bool> {
+ protected:
+  LostRoomTest() : LostRoomFixture(GetParam()) {}
+};
+
+class CheckedLostRoomTest : public LostRoomFixture, public ::testing::Test {
+ protected:
+  CheckedLostRoomTest() : LostRoomFixture(true) {}
+};
+
+TEST_P(LostRoomTest, ALostPodsRoomComesBackAsItsBackendsGo) {
+  Lose();
+  EXPECT_EQ(Held("pod-a/pod"), 6);
+  const bool checked = GetParam();
+  const std::vector<uint32_t> asked = membership_.LostBackendPids();
+  EXPECT_THAT(asked, ElementsAre(101, 102));
+  // PostgreSQL lists one of the two: with the check, the other's room comes back.
+  membership_.BackendsListed(asked, {102}, clock_.Now());
+  EXPECT_EQ(Held("pod-a/pod"), checked ? 5 : 6);
+  clock_.Advance(kHold);
+  membership_.Tick(clock_.Now());
+  // The hold is over: the room no report accounted for is back; with the check, the backend
+  // PostgreSQL still lists is not.
+  EXPECT_EQ(Held("pod-a/pod"), 1);
+  if (checked) {
+    EXPECT_THAT(membership_.LostBackendPids(), ElementsAre(101, 102));
+    membership_.BackendsListed(asked, {}, clock_.Now());
+  }
+  EXPECT_EQ(Held("pod-a/pod"), 1);  // its floor, which it may open on its own
+  EXPECT_THAT(membership_.LostBackendPids(), IsEmpty());
+}
+
+// A member lost after the question went out: the answer does not cover its pids.
+TEST_F(CheckedLostRoomTest, AnAnswerCountsOnlyForTheMembersItAskedAbout) {
+  Lose();
+  membership_.BackendsListed({101}, {}, clock_.Now());
+  EXPECT_EQ(Held("pod-a/pod"), 6);
+  membership_.BackendsListed({101, 102, 103}, {101}, clock_.Now());
+  EXPECT_EQ(Held("pod-a/pod"), 5);
+  // Never more again, even if a pid is listed once more (reused by another backend).
+  membership_.BackendsListed({101, 102}, {101, 102}, clock_.Now());
+  EXPECT_EQ(Held("pod-a/pod"), 5);
+}
+
+INSTANTIATE_TEST_SUITE_P(BackendsChecked, LostRoomTest, ::testing::Bool());
 
 }  // namespace membership_test
 }  // namespace pgfleet::peering::controller
