@@ -21,6 +21,10 @@
 //     forget_after: 5m                 # a silent worker is then assumed gone (it drops to 0)
 //     min_share: 1                     # the floor per worker (at most half of a budget)
 //     register_timeout: 5s             # how long a starting worker waits for its peer id
+//     monitor: "host=db user=pgfleet_monitor dbname=postgres"  # libpq; pgfleet-controller asks
+//                                      # PostgreSQL which backends of a lost pod are left
+//     lost_room_hold: 35s              # a lost pod's room it cannot check counts this long
+//     terminate_lost_backends: false   # pg_terminate_backend a lost pod's backends
 #pragma once
 
 #include <string>

@@ -36,7 +36,7 @@ class PodCapTarget final : public controller::CapTarget {
   std::vector<Usage> Usages() override;
   void SetCap(const std::string& database, int cap, int floor) override;
   // The workers close servers over the share; the lease sees them go in Usages().open.
-  int Enforce(const std::string&, bool) override { return 0; }
+  int Enforce(const std::string&) override { return 0; }
 
  private:
   budget::PodServerCounts* counts_;

@@ -163,16 +163,29 @@ ControllerService::ControllerService(net::EventLoop& loop, const config::Config&
     : loop_(loop),
       options_(options),
       credentials_(credentials),
-      membership_(
-          MembershipOptions{options.lease_timeout, options.forget_after, options.min_share}) {
+      membership_(MembershipOptions{options.lease_timeout, options.forget_after,
+                                    options.min_share,
+                                    std::min(options.lost_room_hold, options.forget_after),
+                                    /*backends_checked=*/!options.monitor.empty()}) {
   uint8_t bytes[8];
   base::SecureRandomBytes(bytes);
   instance_ = absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
   ApplyConfig(config);
+  if (!options.monitor.empty()) {
+    std::weak_ptr<bool> alive = alive_;
+    monitor_ = std::make_unique<BackendMonitor>(
+        options.monitor, [this, alive](BackendMonitor::Answer answer) {
+          loop_.Post([this, alive, answer = std::move(answer)] {
+            if (alive.lock()) OnMonitorAnswer(answer);
+          });
+        });
+  }
 }
 
 ControllerService::~ControllerService() {
+  monitor_.reset();  // joins its thread: no answer is posted after this
+  alive_.reset();
   if (tick_timer_ != 0) loop_.CancelTimer(tick_timer_);
 }
 
@@ -383,6 +396,45 @@ void ControllerService::Tick() {
                 " waited_ms=", absl::ToInt64Milliseconds(now - membership_.started()));
   }
   if (!outcome.forgotten.empty()) BroadcastDirectory();
+  AskMonitor();
+  Rebalance();
+}
+
+void ControllerService::AskMonitor() {
+  if (monitor_ == nullptr) return;
+  const std::vector<Membership::LostBackend> lost = membership_.LostBackends();
+  if (lost.empty()) return;
+  const absl::Time now = loop_.now();
+  std::vector<BackendMonitor::Backend> backends;
+  for (const auto& backend : lost) {
+    backends.push_back(BackendMonitor::Backend{backend.pid, now - backend.last_heard});
+  }
+  monitor_->Ask(std::move(backends), options_.terminate_lost_backends);
+}
+
+void ControllerService::OnMonitorAnswer(const BackendMonitor::Answer& answer) {
+  if (!answer.listed.ok()) {
+    if (!monitor_failing_) {
+      PGFLEET_LOG(kWarning, "monitor_failed", "error=", base::LogQuote(base::Sv(answer.listed.status().message())),
+                  " effect=\"a lost pod's room stays counted until controller.lost_room_hold\"");
+    }
+    monitor_failing_ = true;
+    return;
+  }
+  if (monitor_failing_) {
+    PGFLEET_LOG(kInfo, "monitor_recovered", "effect=\"lost pods' backends are checked again\"");
+  }
+  monitor_failing_ = false;
+  if (answer.terminated > 0) {
+    PGFLEET_LOG(kWarning, "lost_backends_terminated", "count=", answer.terminated);
+  }
+  const std::vector<uint32_t> before = membership_.LostBackendPids();
+  membership_.BackendsListed(answer.asked, *answer.listed, loop_.now());
+  const std::vector<uint32_t> after = membership_.LostBackendPids();
+  if (after.size() != before.size()) {
+    PGFLEET_LOG(kInfo, "lost_backends_gone", "asked=", answer.asked.size(),
+                " listed=", answer.listed->size(), " members_waiting_backends=", after.size());
+  }
   Rebalance();
 }
 

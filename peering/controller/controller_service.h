@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "peering/controller/backend_monitor.h"
 #include "peering/controller/budget_allocator.h"
 #include "peering/controller/membership.h"
 #include "peering/credentials.h"
@@ -114,6 +115,9 @@ class ControllerService final : public v1::Controller::CallbackService {
   void OnReport(const std::shared_ptr<Session>& session, const v1::Report& report);
   void OnLeave(const std::shared_ptr<Session>& session, const v1::Leave& leave);
   void Tick();
+  // Asks the monitor about lost members' backends (one question at a time), and takes its answer.
+  void AskMonitor();
+  void OnMonitorAnswer(const BackendMonitor::Answer& answer);
   void Rebalance();
   void BroadcastDirectory();
   v1::Directory BuildDirectory();
@@ -132,6 +136,10 @@ class ControllerService final : public v1::Controller::CallbackService {
   uint64_t directory_epoch_ = 0;
   net::EventLoop::TimerId tick_timer_ = 0;
   ControllerStats stats_;
+  // Answers posted by the monitor's thread run only while this service lives.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  bool monitor_failing_ = false;  // the last answer was an error (logged once per failure)
+  std::unique_ptr<BackendMonitor> monitor_;  // with controller.monitor; destroyed first
 };
 
 }  // namespace pgfleet::peering::controller

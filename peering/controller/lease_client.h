@@ -91,7 +91,7 @@ class LeaseClient {
    public:
     std::vector<Usage> Usages() override { return {}; }
     void SetCap(const std::string&, int, int) override {}
-    int Enforce(const std::string&, bool) override { return 0; }
+    int Enforce(const std::string&) override { return 0; }
   };
   NoDatabases no_databases_;
   CapTarget* target_ = nullptr;

@@ -124,7 +124,6 @@ LeaseState::TickOutcome LeaseState::Tick(absl::Time now, bool connected) {
     outcome.lease_lost = true;
   }
   const bool lost = !has_lease_ && lease_start_ != absl::InfinitePast();
-  const bool hard = lost && now >= lease_start_ + lease_timeout_ * 9 / 10;
   if (lost && now >= lease_start_ + forget_after_ - lease_timeout_) {
     for (auto& [db, share] : shares_) {
       if (share.cap > 0 || share.floor > 0) {
@@ -140,7 +139,7 @@ LeaseState::TickOutcome LeaseState::Tick(absl::Time now, bool connected) {
     const int cap = CapFor(usage.database);
     int open = usage.open;
     if (open > cap) {
-      const int closed = target_->Enforce(usage.database, hard);
+      const int closed = target_->Enforce(usage.database);
       if (closed > 0) last_close_ = now;
       open -= closed;
     }

@@ -38,7 +38,7 @@ class CapTarget {
   virtual void SetCap(const std::string& database, int cap, int floor) = 0;
   // Brings the database toward its cap (see PoolRegistry::EnforceDatabaseCap); returns how many
   // servers were closed now.
-  virtual int Enforce(const std::string& database, bool force) = 0;
+  virtual int Enforce(const std::string& database) = 0;
 };
 
 // One database as the worker tells the controller (Hello, Report, Ack, Leave).

@@ -222,12 +222,20 @@ void Membership::UpdateLost(Member& member, absl::Time now) {
   member.lost_settled = settled;
 }
 
-std::vector<uint32_t> Membership::LostBackendPids() const {
-  std::vector<uint32_t> pids;
+std::vector<Membership::LostBackend> Membership::LostBackends() const {
+  std::vector<LostBackend> out;
   for (const auto& [key, member] : members_) {
     if (!member.expired || !member.budget || member.lost_settled) continue;
-    for (const auto& [db, listed] : member.backends) pids.insert(pids.end(), listed.begin(), listed.end());
+    for (const auto& [db, pids] : member.backends) {
+      for (uint32_t pid : pids) out.push_back(LostBackend{pid, member.last_heard});
+    }
   }
+  return out;
+}
+
+std::vector<uint32_t> Membership::LostBackendPids() const {
+  std::vector<uint32_t> pids;
+  for (const LostBackend& backend : LostBackends()) pids.push_back(backend.pid);
   return pids;
 }
 

@@ -145,6 +145,12 @@ class Membership {
   // The reported backend pids of every lost member whose room is not all back yet: the ones the
   // controller's monitor asks PostgreSQL about.
   std::vector<uint32_t> LostBackendPids() const;
+  // The same, each with when its member was last heard from.
+  struct LostBackend {
+    uint32_t pid = 0;
+    absl::Time last_heard;
+  };
+  std::vector<LostBackend> LostBackends() const;
   // PostgreSQL was asked about `asked` (a LostBackendPids) and lists `listed` of them now: the
   // room of the others goes back. A member whose pids were not all asked about waits for the next.
   void BackendsListed(const std::vector<uint32_t>& asked, const std::set<uint32_t>& listed,

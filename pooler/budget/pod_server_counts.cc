@@ -392,12 +392,11 @@ PodServerCounts::LeaseTimes PodServerCounts::lease_times() const {
 
 PodServerCounts::Enforced PodServerCounts::EnforcedShare(Key database, int64_t now_us) const {
   const Share share = ShareOf(database);
-  Enforced out{share.cap, false};
+  Enforced out{share.cap};
   const LeaseTimes times = lease_times();
   if (times.start_us == 0 || times.timeout_us <= 0) return out;
   if (now_us >= times.start_us + times.timeout_us * 3 / 4) out.cap = std::min(out.cap, share.floor);
   if (now_us >= times.start_us + times.forget_after_us - times.timeout_us) out.cap = 0;
-  out.force = now_us >= times.start_us + times.timeout_us * 9 / 10;
   return out;
 }
 

@@ -137,10 +137,11 @@ class PodServerCounts {
   LeaseTimes lease_times() const;
   // What a worker enforces for `database` at `now_us`, timed as LeaseState times the lease: the
   // share's cap while the lease holds (3/4 of lease_timeout after its start), then the floor, and
-  // nothing once the controller has forgotten the pod; `force` (9/10) closes busy servers too.
+  // nothing once the controller has forgotten the pod. Busy servers over it close as their
+  // transactions end, never under a running one: the controller keeps a lost pod's room counted
+  // until PostgreSQL no longer lists its backends.
   struct Enforced {
     int cap = 0;
-    bool force = false;
   };
   Enforced EnforcedShare(Key database, int64_t now_us) const;
   // Claims the closing of one server of `key` while the pod holds more than `cap`: false when

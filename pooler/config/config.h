@@ -263,6 +263,18 @@ struct ControllerConfig {
   absl::Duration forget_after = absl::Minutes(5);
   absl::Duration register_timeout = absl::Seconds(5);
   int min_share = 1;
+  // pgfleet-controller's connection to PostgreSQL (a libpq connection string; empty: none), used
+  // only to ask which backends of a lost pod PostgreSQL still lists (pg_stat_activity), so that
+  // their room is given to others once they are gone (docs/architecture.md, "Connection budget").
+  std::string monitor;
+  // How long a lost member's room counts beyond what the monitor can check: all of it without a
+  // monitor, the room it had no reported backend for with one. Never longer than forget_after
+  // (a forgotten member counts nothing).
+  absl::Duration lost_room_hold = absl::Seconds(35);
+  // With a monitor: end a lost member's backends with pg_terminate_backend (the monitor's role
+  // needs pg_signal_backend), so its room comes back at once; the lost pod's clients lose their
+  // sessions. Off by default.
+  bool terminate_lost_backends = false;
   bool enabled() const { return !address.empty(); }
 };
 

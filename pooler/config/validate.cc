@@ -245,6 +245,10 @@ void CheckController(const ControllerConfig& c, std::vector<Issue>& issues) {
     Add(issues, "controller.forget_after", "must be at least 2 x controller.lease_timeout");
   }
   CheckAtLeast(issues, "controller.min_share", c.min_share, 0);
+  CheckDuration(issues, "controller.lost_room_hold", c.lost_room_hold);
+  if (c.terminate_lost_backends && c.monitor.empty()) {
+    Add(issues, "controller.terminate_lost_backends", "needs controller.monitor");
+  }
 }
 
 }  // namespace

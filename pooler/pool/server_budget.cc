@@ -191,12 +191,11 @@ int ServerBudget::EnforcePodShares() {
     const PodServerCounts::Enforced share = pod_.EnforcedShare(key, now_us);
     if (pod_.Total(key) <= share.cap) continue;
     over_share_[name] = OverShare{key, share.cap};
-    std::vector<ServerConn*> idle, listening, busy;
+    std::vector<ServerConn*> idle, listening;
     for (const auto& [id, server] : servers_) {
       if (server->room().database != name) continue;
       if (server->state() == ServerState::kIdle) idle.push_back(server);
       if (server->state() == ServerState::kListening) listening.push_back(server);
-      if (server->state() == ServerState::kActive) busy.push_back(server);
     }
     // A LISTEN hub's server is never released, so it cannot wait for ShedOnRelease: it goes
     // after the idle ones. Its hub asks the pool for a server again (within the share), and
@@ -206,11 +205,8 @@ int ServerBudget::EnforcePodShares() {
       if (!ShedServer(server, key, share.cap, "over the pod's budget share")) break;
       ++closed;
     }
-    if (!share.force) continue;
-    for (ServerConn* server : busy) {
-      if (!ShedServer(server, key, share.cap, "budget share lost with the controller")) break;
-      ++closed;
-    }
+    // Busy servers close as they are released (ShedOnRelease), never under a running
+    // transaction: the controller counts them until then.
   }
   return closed;
 }

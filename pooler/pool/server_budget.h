@@ -114,8 +114,8 @@ class ServerBudget {
   // Every few milliseconds while caps are on: publishes this worker's demand per budgeted
   // database for the pod's lease, and brings the pod under its shares: this worker closes its
   // idle servers of a database over its share (claimed with its siblings, so that together they
-  // close no more than the excess), and its busy ones as they are released; once the lease is
-  // about to end (`force`), busy ones at once. Returns how many servers were closed now.
+  // close no more than the excess), and its busy ones as they are released. Returns how many
+  // servers were closed now.
   int EnforcePodShares();
   // A server of `pool` was released: closes it (true) if its database is over the pod's share
   // and no sibling closes one in its place.

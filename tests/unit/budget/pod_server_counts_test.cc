@@ -177,11 +177,8 @@ TEST_F(PodServerCountsTest, TheLeaseSharesHoldUntilTheLeaseRunsOutThenTheFloorTh
   const int64_t start = 10'000'000, timeout = 1'000'000, forget = 30'000'000;
   a_.PublishLeaseTimes({start, timeout, forget});
   EXPECT_EQ(b_.EnforcedShare(*db, start + timeout * 3 / 4 - 1).cap, 6);
-  EXPECT_FALSE(b_.EnforcedShare(*db, start + timeout * 3 / 4 - 1).force);
   // The holder stopped renewing (it died): the workers shrink to the floor on their own...
   EXPECT_EQ(b_.EnforcedShare(*db, start + timeout * 3 / 4).cap, 2);
-  EXPECT_FALSE(b_.EnforcedShare(*db, start + timeout * 3 / 4).force);
-  EXPECT_TRUE(b_.EnforcedShare(*db, start + timeout * 9 / 10).force);
   // ... and hold nothing once the controller may have given their floor away.
   EXPECT_EQ(b_.EnforcedShare(*db, start + forget - timeout).cap, 0);
   // A renewal moves the start: the share is back.

@@ -1,5 +1,5 @@
 // The worker's lease in simulated time: grants and acks, the fail-static thresholds (floors at
-// 3/4 of a lease, forced closes at 9/10, nothing after forget_after), renewal and rejoin.
+// 3/4 of a lease, busy servers never closed, nothing after forget_after), renewal and rejoin.
 #include "peering/controller/lease_state.h"
 
 #include <map>
@@ -19,16 +19,15 @@ using ::testing::IsEmpty;
 constexpr absl::Duration kLease = absl::Seconds(4);
 constexpr absl::Duration kForget = absl::Seconds(10);
 
-// One database "app" whose open servers the test sets; Enforce closes idle ones down to the cap
-// (all of them when forced).
+// One database "app" whose open servers the test sets; Enforce closes idle ones down to the cap.
 class FakeTarget final : public CapTarget {
  public:
   std::vector<Usage> Usages() override { return {Usage{"app", 20, open, demand, {}}}; }
   void SetCap(const std::string& database, int cap, int) override { caps[database] = cap; }
-  int Enforce(const std::string& database, bool force) override {
-    enforced.push_back(force);
+  int Enforce(const std::string& database) override {
+    ++enforced;
     const int cap = caps[database];
-    const int closable = force ? open - cap : std::min(open - cap, idle);
+    const int closable = std::min(open - cap, idle);
     open -= closable;
     idle -= std::min(idle, closable);
     return closable;
@@ -38,7 +37,7 @@ class FakeTarget final : public CapTarget {
   int idle = 0;
   int demand = 0;
   std::map<std::string, int> caps;
-  std::vector<bool> enforced;  // the `force` of each Enforce call
+  int enforced = 0;  // Enforce calls
 };
 
 class LeaseStateTest : public ::testing::Test {
@@ -127,22 +126,22 @@ TEST_F(LeaseStateTest, FailStaticKeepsCapsUntilThreeQuartersOfLeaseThenFloors) {
   EXPECT_FALSE(Tick().lease_lost);  // said once
 }
 
-TEST_F(LeaseStateTest, ForcesClosesAtNineTenthsOfLease) {
+// A lost lease never closes a server under a running transaction (issue 34): busy servers stay
+// until they are released, however long the lease has been gone; idle ones go at once.
+TEST_F(LeaseStateTest, ALostLeaseNeverClosesBusyServers) {
   Join(absl::ZeroDuration());
   const absl::Time hello = Now();
   Grant(1, 6, 2);
-  target_.open = 6;  // all busy
+  target_.open = 6;
+  target_.idle = 1;
   clock_.Set(hello + kLease * 3 / 4);
   Tick();
-  EXPECT_THAT(target_.enforced, ElementsAre(false));
-  EXPECT_EQ(target_.open, 6);
-  clock_.Set(hello + kLease * 9 / 10 - absl::Milliseconds(1));
+  EXPECT_EQ(target_.enforced, 1);
+  EXPECT_EQ(target_.open, 5);
+  clock_.Set(hello + kLease * 2);
   Tick();
-  EXPECT_THAT(target_.enforced, ElementsAre(false, false));
-  clock_.Set(hello + kLease * 9 / 10);
-  Tick();
-  EXPECT_THAT(target_.enforced, ElementsAre(false, false, true));
-  EXPECT_EQ(target_.open, 2);
+  EXPECT_EQ(target_.enforced, 2);
+  EXPECT_EQ(target_.open, 5);
 }
 
 TEST_F(LeaseStateTest, HoldsNothingOnceTheControllerHasForgottenIt) {

@@ -24,7 +24,7 @@ class IdleTarget final : public CapTarget {
  public:
   std::vector<Usage> Usages() override { return {Usage{"app", 12, open, 3, {}}}; }
   void SetCap(const std::string&, int new_cap, int) override { cap = new_cap; }
-  int Enforce(const std::string&, bool) override {
+  int Enforce(const std::string&) override {
     const int closed = open - cap;
     open = cap;
     return closed;
