@@ -20,14 +20,14 @@ constexpr char kMatch[] =
     "ON a.pid = q.pid WHERE a.backend_start <= now() - (q.silent_ms - 1000) * interval '1 ms'";
 
 std::string ArrayOf(const std::vector<BackendMonitor::Backend>& backends, bool silence) {
-  return absl::StrCat(
-      "{",
-      absl::StrJoin(backends, ",",
-                    [silence](std::string* out, const BackendMonitor::Backend& b) {
-                      absl::StrAppend(out, silence ? absl::ToInt64Milliseconds(b.silent)
-                                                   : static_cast<int64_t>(b.pid));
-                    }),
-      "}");
+  return absl::StrCat("{",
+                      absl::StrJoin(backends, ",",
+                                    [silence](std::string* out, const BackendMonitor::Backend& b) {
+                                      absl::StrAppend(out, silence
+                                                               ? absl::ToInt64Milliseconds(b.silent)
+                                                               : static_cast<int64_t>(b.pid));
+                                    }),
+                      "}");
 }
 
 }  // namespace
@@ -88,8 +88,7 @@ BackendMonitor::Answer BackendMonitor::Respond(const Question& question) {
   if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
     Disconnect();
     // The defaults come first, so that the connection string's own settings win.
-    const char* keywords[] = {"connect_timeout", "options", "application_name", "dbname",
-                              nullptr};
+    const char* keywords[] = {"connect_timeout", "options", "application_name", "dbname", nullptr};
     const char* values[] = {"5", "-c statement_timeout=5000", "pgfleet-controller",
                             conninfo_.c_str(), nullptr};
     conn_ = PQconnectdbParams(keywords, values, /*expand_dbname=*/1);

@@ -17,9 +17,13 @@ std::vector<DatabaseReport> FromWire(const Databases& databases) {
   std::vector<DatabaseReport> out;
   out.reserve(databases.size());
   for (const auto& db : databases) {
-    out.push_back(
-        DatabaseReport{db.database(), db.budget(), db.cap(), db.floor(), db.open(), db.demand(),
-                       {db.backend_pids().begin(), db.backend_pids().end()}});
+    out.push_back(DatabaseReport{db.database(),
+                                 db.budget(),
+                                 db.cap(),
+                                 db.floor(),
+                                 db.open(),
+                                 db.demand(),
+                                 {db.backend_pids().begin(), db.backend_pids().end()}});
   }
   return out;
 }
@@ -163,8 +167,7 @@ ControllerService::ControllerService(net::EventLoop& loop, const config::Config&
     : loop_(loop),
       options_(options),
       credentials_(credentials),
-      membership_(MembershipOptions{options.lease_timeout, options.forget_after,
-                                    options.min_share,
+      membership_(MembershipOptions{options.lease_timeout, options.forget_after, options.min_share,
                                     std::min(options.lost_room_hold, options.forget_after),
                                     /*backends_checked=*/!options.monitor.empty()}) {
   uint8_t bytes[8];
@@ -415,7 +418,8 @@ void ControllerService::AskMonitor() {
 void ControllerService::OnMonitorAnswer(const BackendMonitor::Answer& answer) {
   if (!answer.listed.ok()) {
     if (!monitor_failing_) {
-      PGFLEET_LOG(kWarning, "monitor_failed", "error=", base::LogQuote(base::Sv(answer.listed.status().message())),
+      PGFLEET_LOG(kWarning, "monitor_failed",
+                  "error=", base::LogQuote(base::Sv(answer.listed.status().message())),
                   " effect=\"a lost pod's room stays counted until controller.lost_room_hold\"");
     }
     monitor_failing_ = true;
@@ -428,12 +432,10 @@ void ControllerService::OnMonitorAnswer(const BackendMonitor::Answer& answer) {
   if (answer.terminated > 0) {
     PGFLEET_LOG(kWarning, "lost_backends_terminated", "count=", answer.terminated);
   }
-  const std::vector<uint32_t> before = membership_.LostBackendPids();
-  membership_.BackendsListed(answer.asked, *answer.listed, loop_.now());
-  const std::vector<uint32_t> after = membership_.LostBackendPids();
-  if (after.size() != before.size()) {
-    PGFLEET_LOG(kInfo, "lost_backends_gone", "asked=", answer.asked.size(),
-                " listed=", answer.listed->size(), " members_waiting_backends=", after.size());
+  const int gone = membership_.BackendsListed(answer.asked, *answer.listed, loop_.now());
+  if (gone > 0) {
+    PGFLEET_LOG(kInfo, "lost_backends_gone", "gone=", gone, " still_listed=", answer.listed->size(),
+                " effect=\"their room may be granted again\"");
   }
   Rebalance();
 }

@@ -239,9 +239,10 @@ std::vector<uint32_t> Membership::LostBackendPids() const {
   return pids;
 }
 
-void Membership::BackendsListed(const std::vector<uint32_t>& asked,
-                                const std::set<uint32_t>& listed, absl::Time now) {
+int Membership::BackendsListed(const std::vector<uint32_t>& asked, const std::set<uint32_t>& listed,
+                               absl::Time now) {
   const std::set<uint32_t> asked_set(asked.begin(), asked.end());
+  int gone = 0;
   for (auto& [key, member] : members_) {
     if (!member.expired || !member.budget || member.lost_settled) continue;
     bool all_asked = true;
@@ -254,10 +255,12 @@ void Membership::BackendsListed(const std::vector<uint32_t>& asked,
       for (uint32_t pid : pids) count += listed.contains(pid) ? 1 : 0;
       // Only ever fewer: a pid PostgreSQL reuses for a new backend is not the member's.
       auto& known = member.listed[db];
+      if (count < known) gone += known - count;
       known = std::min(known, count);
     }
     UpdateLost(member, now);
   }
+  return gone;
 }
 
 void Membership::Detach(const std::string& key) {

@@ -153,8 +153,9 @@ class Membership {
   std::vector<LostBackend> LostBackends() const;
   // PostgreSQL was asked about `asked` (a LostBackendPids) and lists `listed` of them now: the
   // room of the others goes back. A member whose pids were not all asked about waits for the next.
-  void BackendsListed(const std::vector<uint32_t>& asked, const std::set<uint32_t>& listed,
-                      absl::Time now);
+  // Returns how many reported backends were seen gone now.
+  int BackendsListed(const std::vector<uint32_t>& asked, const std::set<uint32_t>& listed,
+                     absl::Time now);
 
   // The allocator's grants for connected members, each remembered as sent.
   std::vector<Grant> Rebalance(absl::Time now);

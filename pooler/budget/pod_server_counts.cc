@@ -75,8 +75,7 @@ namespace {
 // bit that makes a record never 0.
 constexpr uint64_t kBackendUsed = uint64_t{1} << 63;
 uint64_t BackendRecord(uint32_t pid, uint32_t database, uint32_t worker) {
-  return kBackendUsed | (uint64_t{worker & 0xff} << 48) | (uint64_t{database & 0xffff} << 32) |
-         pid;
+  return kBackendUsed | (uint64_t{worker & 0xff} << 48) | (uint64_t{database & 0xffff} << 32) | pid;
 }
 uint32_t RecordPid(uint64_t record) { return static_cast<uint32_t>(record); }
 uint32_t RecordDatabase(uint64_t record) { return static_cast<uint32_t>(record >> 32) & 0xffff; }

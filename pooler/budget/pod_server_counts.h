@@ -50,7 +50,7 @@ class PodServerCounts {
   // pod's totals (PostgreSQL may still run their backends) until ReleaseHeld. The worker's own
   // counts are cleared at once, so a worker restarted in its slot starts from zero.
   struct HeldServers {
-    std::vector<std::pair<Key, int32_t>> open;  // per key, the servers still counted
+    std::vector<std::pair<Key, int32_t>> open;            // per key, the servers still counted
     std::vector<std::pair<uint32_t, uint64_t>> backends;  // slots and their records, still listed
   };
   static HeldServers DetachWorker(int region_fd, uint32_t worker);

@@ -108,7 +108,8 @@ TEST_F(MembershipTest, APodsLeaseTakesTheBudgetAndItsWorkersOnlyTheirIds) {
   EXPECT_GT(caps[lease.key], 0);
   EXPECT_FALSE(membership_.allocator().Share(Get(w1.key).handle, "app").has_value());
   // The lease leaving does not take the pod's block away from its workers.
-  EXPECT_TRUE(membership_.Leave(lease.key, {DatabaseReport{"app", 10, 0, 0, 0, 0, {}}}, clock_.Now()));
+  EXPECT_TRUE(
+      membership_.Leave(lease.key, {DatabaseReport{"app", 10, 0, 0, 0, 0, {}}}, clock_.Now()));
   EXPECT_EQ(membership_.pods().at("pod-a").block, protocol::PodBlockOfPeerId(w1.peer_id));
   // A pod's lease names no worker and no peer id.
   JoinRequest bad = Hello("pod-a", 3);
@@ -181,9 +182,11 @@ TEST_F(MembershipTest, RejoinAfterExpiryRenewsTheLease) {
 TEST_F(MembershipTest, LeaveWithNothingOpenRemovesWithServersOpenExpires) {
   Join(Hello("pod-a", 1));
   Join(Hello("pod-a", 2));
-  EXPECT_TRUE(membership_.Leave("pod-a/1", {DatabaseReport{"app", 10, 0, 0, 0, 0, {}}}, clock_.Now()));
+  EXPECT_TRUE(
+      membership_.Leave("pod-a/1", {DatabaseReport{"app", 10, 0, 0, 0, 0, {}}}, clock_.Now()));
   EXPECT_EQ(membership_.Find("pod-a/1"), nullptr);
-  EXPECT_FALSE(membership_.Leave("pod-a/2", {DatabaseReport{"app", 10, 1, 1, 1, 0, {}}}, clock_.Now()));
+  EXPECT_FALSE(
+      membership_.Leave("pod-a/2", {DatabaseReport{"app", 10, 1, 1, 1, 0, {}}}, clock_.Now()));
   EXPECT_TRUE(Get("pod-a/2").expired);
   EXPECT_EQ(membership_.pods().size(), 1u);
 }

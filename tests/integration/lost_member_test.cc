@@ -1,0 +1,155 @@
+// The budget as PostgreSQL counts it when a pod is lost (issue 34): a pod frozen, killed or cut
+// off keeps PostgreSQL's backends, so its room is given to others only once PostgreSQL no longer
+// lists them (pgfleet-controller's controller.monitor), and a pod that comes back after losing
+// its lease fails no running transaction. PostgreSQL's backends are sampled every 20 ms.
+#include <signal.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "tests/integration/harness/fleet_fixture.h"
+
+namespace pgfleet::testing {
+namespace lost_member_test {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+constexpr milliseconds kSampleEvery{20};
+
+// Every process of a pod: its workers and its lease first, then the supervisor (on SIGCONT the
+// supervisor then finds its children running).
+void SignalPod(const PgfleetProcess& pod, int signo) {
+  for (pid_t worker : WorkerPids(pod.pid())) kill(worker, signo);
+  if (const pid_t lease = PodLeasePid(pod.pid()); lease > 0) kill(lease, signo);
+  kill(pod.pid(), signo);
+}
+
+// How many times `event` appears in `log`.
+size_t Count(const std::string& log, const std::string& event) {
+  size_t n = 0;
+  for (size_t at = log.find(event); at != std::string::npos; at = log.find(event, at + 1)) ++n;
+  return n;
+}
+
+// The most backends PostgreSQL lists for pod `name` (its application_name) in the sampler's
+// window since Mark().
+int MaxOf(BudgetSampler& sampler, const std::string& name) {
+  const auto window = sampler.Window();
+  auto it = window.find("ctlpod" + name);
+  return it == window.end() ? 0 : it->second.first;
+}
+
+class LostMemberTest : public ControllerFixture {
+ protected:
+  // The controller with a monitoring connection to the shared PostgreSQL, and a lost_room_hold
+  // far longer than any test here waits: only the monitor can give a lost pod's room back.
+  std::unique_ptr<ControllerProcess> StartMonitoredController(const std::string& more = "") {
+    return StartController(true, absl::StrCat("  monitor: \"", pg().ConnString(),
+                                              "\"\n  lost_room_hold: 25s\n", more));
+  }
+  // Waits until the controller has expired a lease (the n-th expiry in its log).
+  bool WaitForExpiry(const ControllerProcess& controller, size_t n) {
+    return WaitFor([&] { return Count(controller.Log(), "event=lease_expired") >= n; },
+                   seconds(10));
+  }
+};
+
+// A pod frozen (SIGSTOP of all its processes: a long pause, a hung VM) while it holds half the
+// budget under load. Before issue 34 the controller gave its share to the other pod once the
+// lease ran out and PostgreSQL listed 15 backends for a budget of 12; on resuming, the pod closed
+// servers under 3 running transactions. Now its room stays counted while PostgreSQL lists its
+// backends, and its clients see no error when it comes back.
+TEST_F(LostMemberTest, AFrozenPodsRoomIsGivenToOthersOnlyOnceItsBackendsAreGone) {
+  auto controller = StartMonitoredController();
+  auto a = StartPod("A", "127.0.0.2", *controller, 2);
+  auto b = StartPod("B", "127.0.0.3", *controller);
+  BudgetSampler sampler(kSampleEvery);
+  Load load_a(*a, 10, "SELECT pg_sleep(0.05)");
+  Load load_b(*b, 10, "SELECT pg_sleep(0.05)");
+  // Both pods hold part of the budget.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        sampler.Mark();
+        WaitFor([&] { return sampler.window_samples() >= 3; }, seconds(2));
+        return MaxOf(sampler, "A") >= 4 && MaxOf(sampler, "B") >= 4;
+      },
+      seconds(15)))
+      << sampler.Describe();
+  const int ok_before = load_a.ok();
+  EXPECT_LE(sampler.window_max_total(), kFleetBudget) << "before: " << sampler.window_worst();
+
+  sampler.Mark();
+  SignalPod(*a, SIGSTOP);
+  ASSERT_TRUE(WaitForExpiry(*controller, 1)) << controller->Log();
+  // B wants everything, but A's backends are still there: B never grows into their room.
+  EXPECT_FALSE(WaitFor([&] { return sampler.window_max_total() > kFleetBudget; }, seconds(2)))
+      << "frozen: " << sampler.window_worst();
+  EXPECT_GE(MaxOf(sampler, "A"), 1) << "A's backends stay while it is frozen";
+  sampler.Mark();
+  SignalPod(*a, SIGCONT);
+
+  // A comes back, rejoins, and serves again; nothing it had running failed.
+  EXPECT_TRUE(WaitFor([&] { return load_a.ok() > ok_before + 50; }, seconds(15))) << a->Log();
+  load_a.Stop();
+  load_b.Stop();
+  sampler.Stop();
+  EXPECT_LE(sampler.window_max_total(), kFleetBudget) << "resumed: " << sampler.window_worst();
+  EXPECT_LE(sampler.max_total(), kFleetBudget) << sampler.Describe() << "\n" << controller->Log();
+  EXPECT_EQ(load_a.errors(), 0) << load_a.first_error();
+  EXPECT_EQ(load_b.errors(), 0) << load_b.first_error();
+}
+
+// A pod killed (every process SIGKILLed) while its servers run queries: PostgreSQL ends the
+// backends within client_connection_check_interval, the monitor sees them gone, and the other
+// pod gets their room within seconds of the expiry, not after lost_room_hold (25 s here; the
+// rest of the killed pod's share, room it held without a reported backend, waits for that).
+TEST_F(LostMemberTest, AKilledPodsRoomComesBackOncePostgresHasEndedItsBackends) {
+  auto controller = StartMonitoredController();
+  auto a = StartPod("A", "127.0.0.2", *controller);
+  auto b = StartPod("B", "127.0.0.3", *controller);
+  BudgetSampler sampler(kSampleEvery);
+  // A alone holds most of the budget; B's clients arrive as A is killed.
+  Load load_a(*a, 10, "SELECT pg_sleep(0.5)");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        sampler.Mark();
+        WaitFor([&] { return sampler.window_samples() >= 3; }, seconds(2));
+        return MaxOf(sampler, "A") >= 8;
+      },
+      seconds(15)))
+      << sampler.Describe();
+  const int b_before = MaxOf(sampler, "B");
+  Load load_b(*b, 12, "SELECT pg_sleep(0.05)");
+
+  SignalPod(*a, SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitForExpiry(*controller, 1)) << controller->Log();
+  // B grows into the room of A's backends, which it could not have while they were counted.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        sampler.Mark();
+        WaitFor([&] { return sampler.window_samples() >= 3; }, seconds(2));
+        return MaxOf(sampler, "B") >= b_before + 5;
+      },
+      seconds(10)))
+      << sampler.Describe() << "\n"
+      << controller->Log() << "\nB:\n"
+      << b->Log() << "\n"
+      << "B had " << b_before;
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, seconds(15));
+  EXPECT_THAT(controller->Log(), HasSubstr("event=lost_backends_gone"));
+  load_a.Stop();
+  load_b.Stop();
+  sampler.Stop();
+  EXPECT_LE(sampler.max_total(), kFleetBudget) << sampler.Describe() << "\n" << controller->Log();
+  EXPECT_EQ(load_b.errors(), 0) << load_b.first_error();
+}
+
+}  // namespace lost_member_test
+}  // namespace pgfleet::testing
