@@ -44,6 +44,7 @@ RUN apt-get update \
       libprometheus-cpp-core1.0 \
       libprometheus-cpp-pull1.0 \
       libssl3 \
+      libpq5 \
  && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 65532 pgfleet \
  && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \

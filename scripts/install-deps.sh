@@ -8,7 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 BUILD_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libssl-dev libpg-query-dev
+  libabsl-dev libyaml-cpp-dev prometheus-cpp-dev libssl-dev libpg-query-dev libpq-dev
 )
 apt-get update -qq
 if [[ "${1:-}" == --build-only ]]; then
@@ -17,7 +17,7 @@ if [[ "${1:-}" == --build-only ]]; then
 fi
 apt-get install -y -qq --no-install-recommends "${BUILD_PACKAGES[@]}" \
   libgtest-dev libgmock-dev googletest \
-  postgresql postgresql-contrib libpq-dev postgresql-client \
+  postgresql postgresql-contrib postgresql-client \
   pgbouncer clang-format procps iproute2 \
   clang libclang-rt-14-dev prometheus python3-yaml \
   python3-pytest python3-psycopg python3-asyncpg python3-psycopg2 python3-venv \

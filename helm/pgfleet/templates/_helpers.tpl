@@ -168,7 +168,12 @@ mode, metrics on all interfaces, auth file, peering, controller), then extraConf
 {{- if $v.controller.enabled }}
 {{- $_ := set $c "controller" (dict
   "address" (printf "%s.%s.svc.%s:%d" (include "pgfleet.controllerName" .) .Release.Namespace $domain (int $v.controller.port))
-  "listen" (printf "0.0.0.0:%d" (int $v.controller.port))) }}
+  "listen" (printf "0.0.0.0:%d" (int $v.controller.port))
+  "lost_room_hold" $v.controller.monitor.lostRoomHold) }}
+{{- if $v.controller.monitor.conninfo }}
+{{- $_ := set $c.controller "monitor" $v.controller.monitor.conninfo }}
+{{- $_ := set $c.controller "terminate_lost_backends" $v.controller.monitor.terminateLostBackends }}
+{{- end }}
 {{- else }}
 {{- $_ := set $c "controller" dict }}
 {{- end }}
