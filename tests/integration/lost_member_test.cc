@@ -206,9 +206,9 @@ TEST_F(LostMemberTest, FaultsOneAfterAnotherNeverPutPostgresOverTheBudget) {
   controller->Kill();
   EXPECT_TRUE(all_serve({load_a.get(), &load_b, &load_c}, 10)) << "without a controller";
   controller->Start();
-  EXPECT_TRUE(WaitFor([&] { return controller->Log().find("event=recovery_done") !=
-                                   std::string::npos; },
-                      seconds(10)));
+  EXPECT_TRUE(
+      WaitFor([&] { return controller->Log().find("event=recovery_done") != std::string::npos; },
+              seconds(10)));
   EXPECT_TRUE(all_serve({load_a.get(), &load_b, &load_c}, 20)) << "after the restart";
 
   // 5. A dies whole; D starts and is served in its place.
