@@ -11,6 +11,9 @@ namespace pgfleet::pool {
 class ClientConn;
 
 inline constexpr std::string_view kAdminDatabase = "pgfleet";
+// PgBouncer's name for its console, which pgbouncer_exporter and runbooks connect to: the console
+// too, unless the config has a database of that name.
+inline constexpr std::string_view kPgBouncerAdminDatabase = "pgbouncer";
 
 class AdminConsoleHandler {
  public:

@@ -187,7 +187,10 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
     Fatal(protocol::sqlstate::kTooManyConnections, "no more connections allowed (max_client_conn)");
     return;
   }
-  admin_console_ = database_ == kAdminDatabase && host_.admin_console() != nullptr;
+  admin_console_ = (database_ == kAdminDatabase ||
+                    (database_ == kPgBouncerAdminDatabase &&
+                     !config.databases.contains(std::string(kPgBouncerAdminDatabase)))) &&
+                   host_.admin_console() != nullptr;
   if (admin_console_) {
     if (!host_.admin_console()->MayConnect(user_)) {
       ++context_.counters().login_failures;

@@ -108,8 +108,17 @@ void Supervisor::ReleaseRuntimeFiles() {
 absl::Status Supervisor::Init() {
   RETURN_IF_ERROR(loop_.Init());
   // Signals first: a SIGHUP during start-up must not kill the pod.
+  // PgBouncer's signals mean the same here: SIGHUP reloads, SIGUSR1 is PAUSE and SIGUSR2 RESUME
+  // (every worker applies it), SIGQUIT shuts down at once, SIGTERM and SIGINT drain first. A
+  // rolling restart of the workers is SIGRTMIN (`kill -s RTMIN`), or a new binary on disk.
   signals_ = std::make_unique<net::SignalWatcher>(
-      loop_, std::vector<int>{SIGCHLD, SIGHUP, SIGTERM, SIGINT, SIGUSR2}, [this](int signo) {
+      loop_,
+      std::vector<int>{SIGCHLD, SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGRTMIN},
+      [this](int signo) {
+        if (signo == SIGRTMIN) {
+          BeginRollingRestart("SIGRTMIN");
+          return;
+        }
         switch (signo) {
           case SIGCHLD:
             ReapChildren();
@@ -118,8 +127,13 @@ absl::Status Supervisor::Init() {
             PGFLEET_LOG(kInfo, "reload_requested", "workers=", processes_.size());
             ForwardSignal(SIGHUP);
             break;
+          case SIGUSR1:
+            PGFLEET_LOG(kInfo, "pause_requested", "signal=SIGUSR1 workers=", processes_.size());
+            ForwardSignal(SIGUSR1);
+            break;
           case SIGUSR2:
-            BeginRollingRestart("SIGUSR2");
+            PGFLEET_LOG(kInfo, "resume_requested", "signal=SIGUSR2 workers=", processes_.size());
+            ForwardSignal(SIGUSR2);
             break;
           default:
             BeginShutdown(signo);
@@ -265,7 +279,7 @@ pid_t Supervisor::Exec(std::vector<std::string> args, const std::vector<int>& in
   // its signalfd stays pending instead of killing it (the mask survives execv).
   sigset_t mask;
   sigemptyset(&mask);
-  for (int sig : {SIGHUP, SIGTERM, SIGINT, SIGUSR2}) sigaddset(&mask, sig);
+  for (int sig : {SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&mask, sig);
   sigprocmask(SIG_SETMASK, &mask, nullptr);
   execv(options_.binary_path.c_str(), argv.data());
   _exit(127);

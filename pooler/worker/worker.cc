@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_join.h"
@@ -114,9 +116,20 @@ absl::Status Worker::Init() {
     listeners_.push_back(std::move(listener));
   }
   signals_ = std::make_unique<net::SignalWatcher>(
-      loop_, std::vector<int>{SIGHUP, SIGTERM, SIGINT}, [this](int signo) {
+      loop_, std::vector<int>{SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2},
+      [this](int signo) {
         if (signo == SIGHUP) {
           Reload();
+        } else if (signo == SIGUSR1 || signo == SIGUSR2) {
+          ApplySignalledCommand(signo);
+        } else if (signo == SIGQUIT) {
+          // PgBouncer's immediate shutdown: clients are told, every socket closes with the
+          // process, and nothing waits for PostgreSQL (which ends the backends of closed
+          // connections within client_connection_check_interval).
+          PGFLEET_LOG(kInfo, "shutdown_immediate", "signal=", signo);
+          registry_->CloseAll("server shutting down");
+          std::fflush(nullptr);
+          std::_Exit(0);
         } else if (shutting_down_) {
           PGFLEET_LOG(kInfo, "shutdown_immediate", "signal=", signo);
           registry_->CloseAll("server shutting down");
@@ -257,6 +270,21 @@ bool Worker::PassClientToSibling(int fd, const std::string& peer) {
   close(fd);
   ++registry_->context().counters().clients_balanced;
   return true;
+}
+
+void Worker::ApplySignalledCommand(int signo) {
+  // PgBouncer's SIGUSR1 and SIGUSR2: PAUSE and RESUME of every database, as from the console.
+  peering::v1::AdminCommandRequest request;
+  request.set_command(signo == SIGUSR1 ? peering::v1::AdminCommandRequest::COMMAND_PAUSE
+                                       : peering::v1::AdminCommandRequest::COMMAND_RESUME);
+  const char* name = signo == SIGUSR1 ? "SIGUSR1" : "SIGUSR2";
+  if (admin_actions_ == nullptr) return;
+  admin_actions_->Apply(request, [name](const peering::v1::AdminCommandReply& reply) {
+    if (!reply.ok()) {
+      PGFLEET_LOG(kWarning, "signal_command_failed", "signal=", name,
+                  " error=", base::LogQuote(reply.error()));
+    }
+  });
 }
 
 void Worker::BeginShutdown() {

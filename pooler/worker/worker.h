@@ -73,6 +73,8 @@ class Worker {
   // Whether siblings may pass this worker clients: while it serves, when the config says so.
   void UpdateTakesClients();
   void BeginShutdown();
+  // SIGUSR1 (PAUSE) or SIGUSR2 (RESUME), applied to every database of this worker.
+  void ApplySignalledCommand(int signo);
   void CheckShutdown();
 
   WorkerOptions options_;

@@ -242,6 +242,28 @@ TEST_F(AdminTest, PauseSurvivesAWorkerRestart) {
   EXPECT_EQ(answered.load(), 6);
 }
 
+// pgbouncer_exporter and PgBouncer runbooks connect to the database "pgbouncer" (issue 35): the
+// console answers there too, unless the config has a database of that name.
+TEST_F(AdminTest, TheConsoleAnswersAsPgbouncerToo) {
+  PgfleetProcess fleet(AdminConfig(2, 2));
+  ConnPtr c = Connect(fleet.ConnString("admin", "pgbouncer"));
+  ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+  EXPECT_EQ(Value(c, "SHOW VERSION").rfind("pgfleet ", 0), 0u);
+  EXPECT_EQ(Rows(c, "SHOW WORKERS").size(), 2u);
+  ConnPtr refused = Connect(fleet.ConnString("otheruser", "pgbouncer"));
+  EXPECT_FALSE(Ok(refused));
+  EXPECT_THAT(ErrorOf(refused), HasSubstr("not allowed to connect to the admin console"));
+
+  // A database named pgbouncer in the config is that database.
+  PgfleetProcess named(absl::StrCat(
+      "workers: 1\ndatabases:\n  pgbouncer: {host: 127.0.0.1, port: ", PgServer::Shared().port(),
+      ", dbname: postgres}\npool:\n  pool_mode: transaction\n  default_pool_size: 2\n",
+      "admin:\n  users: [admin]\n"));
+  ConnPtr db = Connect(named.ConnString("postgres", "pgbouncer"));
+  ASSERT_TRUE(Ok(db)) << ErrorOf(db);
+  EXPECT_EQ(Value(db, "SELECT current_database()"), "postgres");
+}
+
 TEST_F(AdminTest, NonAdminUserIsRefused) {
   PgfleetProcess fleet(AdminConfig(2, 2));
   ConnPtr c = Connect(fleet.ConnString("otheruser", "pgfleet"));

@@ -182,6 +182,66 @@ TEST_F(FleetTest, SigtermClosesTransactionsStillOpenAtTheShutdownTimeout) {
   EXPECT_THAT(fleet.Log(), HasSubstr("forced=true"));
 }
 
+// PgBouncer's signals (issue 35): SIGUSR1 is PAUSE and SIGUSR2 RESUME, on every worker of the pod.
+// SIGUSR1 used to kill the supervisor, and SIGUSR2 rolled the workers.
+TEST_F(FleetTest, SigusrOnePausesEveryWorkerAndSigusrTwoResumes) {
+  PgfleetProcess fleet(FleetConfig(2));
+  const std::vector<pid_t> workers = WaitForWorkers(fleet.pid(), 2);
+  ASSERT_EQ(workers.size(), 2u);
+  // Clients logged in before the pause (a login itself waits while no server is open).
+  std::vector<ConnPtr> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(Connect(fleet.ConnString()));
+    ASSERT_TRUE(Ok(clients.back())) << ErrorOf(clients.back());
+  }
+  fleet.Signal(SIGUSR1);
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string log = fleet.Log();
+    size_t paused = 0;
+    for (size_t at = log.find("event=admin_paused"); at != std::string::npos;
+         at = log.find("event=admin_paused", at + 1)) {
+      ++paused;
+    }
+    return paused >= 2;
+  })) << fleet.Log();
+  // A query sent now waits, whichever worker its client landed on.
+  for (auto& c : clients) ASSERT_EQ(PQsendQuery(c.get(), "SELECT 1"), 1);
+  const auto answered = [&] {
+    int n = 0;
+    for (auto& c : clients) {
+      PQconsumeInput(c.get());
+      if (!PQisBusy(c.get())) ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(WaitFor(
+                answered, [](int n) { return n > 0; }, std::chrono::milliseconds(500)),
+            0);
+  EXPECT_TRUE(fleet.Running());
+  EXPECT_EQ(WorkerPids(fleet.pid()), workers);  // not a rolling restart either
+  fleet.Signal(SIGUSR2);
+  EXPECT_EQ(WaitFor(answered, [](int n) { return n == 4; }), 4);
+  for (auto& c : clients) {
+    ResultPtr r(PQgetResult(c.get()));
+    EXPECT_TRUE(ResultOk(r));
+  }
+  EXPECT_THAT(fleet.Log(), HasSubstr("event=pause_requested"));
+  EXPECT_THAT(fleet.Log(), HasSubstr("event=resume_requested"));
+}
+
+// SIGQUIT is PgBouncer's immediate shutdown: an open transaction does not hold it up.
+TEST_F(FleetTest, SigquitShutsDownAtOnce) {
+  PgfleetProcess fleet(FleetConfig(2, "  shutdown_timeout: 30s\n"));
+  ASSERT_EQ(WaitForWorkers(fleet.pid(), 2).size(), 2u);
+  auto in_transaction = Connect(fleet.ConnString());
+  ASSERT_TRUE(ResultOk(Exec(in_transaction, "BEGIN")));
+  const auto start = Clock::now();
+  fleet.Signal(SIGQUIT);
+  EXPECT_TRUE(WaitFor([&] { return !fleet.Running(); }, std::chrono::seconds(10))) << fleet.Log();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  EXPECT_FALSE(ResultOk(Exec(in_transaction, "SELECT 1")));
+}
+
 // Gone, or a zombie nobody reaps yet (a container's init may not): either way not serving.
 bool ProcessGone(pid_t pid) {
   const std::string stat = RunCommandOutput(absl::StrCat("cat /proc/", pid, "/stat 2>/dev/null"));
@@ -257,7 +317,7 @@ TEST_F(FleetTest, RollingRestartUnderPgbenchLosesNothing) {
   });
   std::this_thread::sleep_for(std::chrono::seconds(2));
   auto before = WaitForWorkers(fleet.pid(), 4);
-  fleet.Signal(SIGUSR2);
+  fleet.Signal(SIGRTMIN);  // SIGUSR2 is RESUME, as in PgBouncer
   bench.join();
   std::string out = RunCommandOutput("cat " + out_path);
   EXPECT_THAT(out, HasSubstr("exit=0")) << out;
