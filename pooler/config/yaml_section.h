@@ -207,17 +207,7 @@ class Section {
       out = absl::StrSplit(e->value.Scalar(), ',', absl::SkipWhitespace());
       for (std::string& item : out) absl::StripAsciiWhitespace(&item);
     } else if (e->value.IsSequence()) {
-      out.clear();
-      for (size_t i = 0; i < e->value.size(); ++i) {
-        const YAML::Node item = e->value[i];
-        if (item.IsScalar()) {
-          out.push_back(item.Scalar());
-        } else {
-          loader_.Report(absl::StrCat(JoinPath(path_, key), "[", i, "]"),
-                         absl::StrCat("expected a string, got ", KindOf(item)),
-                         LineOf(item.Mark()) > 0 ? LineOf(item.Mark()) : e->line);
-        }
-      }
+      StringsOf(key, *e, out);
     } else {
       Bad(*e, "a list of names");
     }
@@ -233,17 +223,7 @@ class Section {
       out = absl::StrSplit(text, ',');
       for (std::string& host : out) absl::StripAsciiWhitespace(&host);
     } else if (e->value.IsSequence() && e->value.size() > 0) {
-      out.clear();
-      for (size_t i = 0; i < e->value.size(); ++i) {
-        const YAML::Node item = e->value[i];
-        if (item.IsScalar()) {
-          out.push_back(item.Scalar());
-        } else {
-          loader_.Report(absl::StrCat(JoinPath(path_, key), "[", i, "]"),
-                         absl::StrCat("expected a string, got ", KindOf(item)),
-                         LineOf(item.Mark()) > 0 ? LineOf(item.Mark()) : e->line);
-        }
-      }
+      StringsOf(key, *e, out);
     } else {
       Bad(*e, "a string");
     }
@@ -328,6 +308,21 @@ class Section {
       }
     }
     return nullptr;
+  }
+
+  // A YAML list's strings into `out`; an item that is not a string is reported by its index.
+  void StringsOf(absl::string_view key, const Entry& e, std::vector<std::string>& out) {
+    out.clear();
+    for (size_t i = 0; i < e.value.size(); ++i) {
+      const YAML::Node item = e.value[i];
+      if (item.IsScalar()) {
+        out.push_back(item.Scalar());
+      } else {
+        loader_.Report(absl::StrCat(JoinPath(path_, key), "[", i, "]"),
+                       absl::StrCat("expected a string, got ", KindOf(item)),
+                       LineOf(item.Mark()) > 0 ? LineOf(item.Mark()) : e.line);
+      }
+    }
   }
 
   void Bad(const Entry& e, absl::string_view expected) {
