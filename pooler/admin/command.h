@@ -29,8 +29,9 @@ struct Command {
 
 // The SHOW subjects the console answers, in the order SHOW HELP lists them.
 inline constexpr std::string_view kShowSubjects[] = {
-    "pools",  "stats", "stats_totals", "stats_averages", "clients", "servers", "databases", "users",
-    "config", "lists", "mem",          "version",        "workers", "peers",   "fleet",     "help"};
+    "pools",     "stats", "stats_totals", "stats_averages", "clients", "servers",
+    "databases", "users", "config",       "lists",          "mem",     "version",
+    "workers",   "peers", "fleet",        "help",           "state"};
 
 // Parses one statement. Errors are InvalidArgument with PgBouncer's wording ("invalid command
 // 'FOO', use SHOW HELP;").

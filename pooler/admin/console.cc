@@ -137,11 +137,16 @@ void Console::Run(uint64_t client_id, const std::string& user, std::string sql) 
 
 void Console::RunShow(uint64_t client_id, const Command& command) {
   const auto fleet = options_.fleet_config();
-  if (command.what == "version" || command.what == "config" || command.what == "help") {
+  if (command.what == "version" || command.what == "config" || command.what == "help" ||
+      command.what == "state") {
     protocol::StringSink sink;
     ResultSet table;
     if (command.what == "version") {
       ShowVersion(options_.version, &table);
+      table.Write(sink, "SHOW");
+    } else if (command.what == "state") {
+      // Every worker applies PAUSE (console or SIGUSR1), so this worker's state is the pod's.
+      ShowState(registry_.pause_state().all(), &table);
       table.Write(sink, "SHOW");
     } else if (command.what == "config") {
       ShowConfig(*fleet, &table);
@@ -149,7 +154,7 @@ void Console::RunShow(uint64_t client_id, const Command& command) {
     } else {
       std::string help =
           "Console usage\n\tSHOW HELP|POOLS|STATS|STATS_TOTALS|STATS_AVERAGES|"
-          "CLIENTS|SERVERS|DATABASES|USERS|CONFIG|LISTS|MEM|VERSION|WORKERS|PEERS|"
+          "CLIENTS|SERVERS|DATABASES|USERS|CONFIG|LISTS|MEM|VERSION|STATE|WORKERS|PEERS|"
           "FLEET\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tRECONNECT [<db>]\n\tKILL <db>"
           "\n\tWAIT_CLOSE [<db>]\n\tRELOAD\n\tSHUTDOWN";
       protocol::BuildNoticeResponse(sink, "NOTICE", "00000", help);

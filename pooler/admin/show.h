@@ -44,6 +44,8 @@ void ShowConfig(const config::Config& fleet, ResultSet* out);
 void ShowLists(const ShowInput& in, ResultSet* out);
 void ShowMem(const ShowInput& in, ResultSet* out);
 void ShowVersion(const std::string& version, ResultSet* out);
+// PgBouncer's SHOW STATE: active, paused and suspended, yes or no.
+void ShowState(bool paused, ResultSet* out);
 void ShowWorkers(const ShowInput& in, ResultSet* out);
 void ShowPeers(const ShowInput& in, ResultSet* out);
 void ShowFleet(const ShowInput& in, ResultSet* out);

@@ -64,6 +64,14 @@ void ShowVersion(const std::string& version, ResultSet* out) {
   out->AddRow({"pgfleet " + version});
 }
 
+void ShowState(bool paused, ResultSet* out) {
+  // PgBouncer's rows; SUSPEND does not exist here, so "suspended" is always no.
+  out->AddColumn("key").AddColumn("value");
+  out->AddRow({"active", paused ? "no" : "yes"});
+  out->AddRow({"paused", paused ? "yes" : "no"});
+  out->AddRow({"suspended", "no"});
+}
+
 void ShowWorkers(const ShowInput& in, ResultSet* out) {
   out->AddColumn("worker", Type::kInt)
       .AddColumn("peer_id", Type::kInt)

@@ -185,7 +185,7 @@ TEST_F(FleetTest, SigtermClosesTransactionsStillOpenAtTheShutdownTimeout) {
 // PgBouncer's signals (issue 35): SIGUSR1 is PAUSE and SIGUSR2 RESUME, on every worker of the pod.
 // SIGUSR1 used to kill the supervisor, and SIGUSR2 rolled the workers.
 TEST_F(FleetTest, SigusrOnePausesEveryWorkerAndSigusrTwoResumes) {
-  PgfleetProcess fleet(FleetConfig(2));
+  PgfleetProcess fleet(FleetConfig(2, "", "admin:\n  users: [admin]\n"));
   const std::vector<pid_t> workers = WaitForWorkers(fleet.pid(), 2);
   ASSERT_EQ(workers.size(), 2u);
   // Clients logged in before the pause (a login itself waits while no server is open).
@@ -217,6 +217,15 @@ TEST_F(FleetTest, SigusrOnePausesEveryWorkerAndSigusrTwoResumes) {
   EXPECT_EQ(WaitFor(
                 answered, [](int n) { return n > 0; }, std::chrono::milliseconds(500)),
             0);
+  // The console says so, as PgBouncer's SHOW STATE does.
+  ConnPtr console = Connect(fleet.ConnString("admin", "pgbouncer"));
+  ASSERT_TRUE(Ok(console)) << ErrorOf(console);
+  ResultPtr state = Exec(console, "SHOW STATE");
+  ASSERT_EQ(PQntuples(state.get()), 3) << PQerrorMessage(console.get());
+  EXPECT_STREQ(PQgetvalue(state.get(), 0, 0), "active");
+  EXPECT_STREQ(PQgetvalue(state.get(), 0, 1), "no");
+  EXPECT_STREQ(PQgetvalue(state.get(), 1, 0), "paused");
+  EXPECT_STREQ(PQgetvalue(state.get(), 1, 1), "yes");
   EXPECT_TRUE(fleet.Running());
   EXPECT_EQ(WorkerPids(fleet.pid()), workers);  // not a rolling restart either
   fleet.Signal(SIGUSR2);
@@ -225,6 +234,9 @@ TEST_F(FleetTest, SigusrOnePausesEveryWorkerAndSigusrTwoResumes) {
     ResultPtr r(PQgetResult(c.get()));
     EXPECT_TRUE(ResultOk(r));
   }
+  state = Exec(console, "SHOW STATE");
+  ASSERT_EQ(PQntuples(state.get()), 3);
+  EXPECT_STREQ(PQgetvalue(state.get(), 1, 1), "no");
   EXPECT_THAT(fleet.Log(), HasSubstr("event=pause_requested"));
   EXPECT_THAT(fleet.Log(), HasSubstr("event=resume_requested"));
 }

@@ -11,6 +11,7 @@ TEST(ParseCommandTest, ShowIsCaseInsensitiveAndTakesTrailingSemicolons) {
   EXPECT_EQ(c->verb, Verb::kShow);
   EXPECT_EQ(c->what, "pools");
   EXPECT_EQ(ParseCommand("SHOW stats_totals;")->what, "stats_totals");
+  EXPECT_EQ(ParseCommand("show State")->what, "state");
   EXPECT_EQ(ParseCommand("show\tWorkers")->what, "workers");
 }
 
