@@ -112,7 +112,12 @@ void PodLease::Start() {
   lease_->Attach(&target_, [](const controller::v1::Directory&) {});
   publish_timer_ = loop_.RunEvery(kPublishInterval, [this] {
     PublishTimes();
-    lease_->ReportIfOpened();
+    // A server logged in since the last look: report its pid now (one load per tick).
+    const uint64_t recorded = counts_->backends_recorded();
+    if (recorded != backends_reported_) {
+      backends_reported_ = recorded;
+      lease_->ReportNow();
+    }
   });
 }
 

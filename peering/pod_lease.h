@@ -75,6 +75,7 @@ class PodLease {
   PodCapTarget target_;
   std::unique_ptr<controller::LeaseClient> lease_;
   net::EventLoop::TimerId publish_timer_ = 0;
+  uint64_t backends_reported_ = 0;  // counts_->backends_recorded() at the last look
 };
 
 // `pgfleet --pod_lease`: holds the pod's lease until SIGTERM or SIGINT (SIGHUP reloads the

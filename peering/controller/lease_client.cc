@@ -377,20 +377,7 @@ void LeaseClient::SendReport() {
   auto* report = message.mutable_report();
   report->set_report_seq(next->seq);
   FillDatabases(next->databases, true, report->mutable_databases());
-  reported_open_.clear();
-  for (const auto& db : next->databases) reported_open_[db.database] = db.open;
   stream_->Send(std::move(message));
-}
-
-void LeaseClient::ReportIfOpened() {
-  if (!stream_ || target_ == nullptr || !state_.welcomed()) return;
-  for (const auto& usage : target_->Usages()) {
-    auto reported = reported_open_.find(usage.database);
-    if (usage.open > (reported == reported_open_.end() ? 0 : reported->second)) {
-      SendReport();
-      return;
-    }
-  }
 }
 
 v1::WorkerMessage LeaseClient::BuildHello() {

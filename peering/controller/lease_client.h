@@ -58,10 +58,9 @@ class LeaseClient {
   // worker is gone, so its share is free at once. Waits at most `timeout`.
   void Leave(absl::Duration timeout);
 
-  // Reports now if a database has more servers open than the last report said, so that the
-  // controller hears of a new backend (its pid) within the caller's period (the pod's lease: 25
-  // ms), not a renew interval later.
-  void ReportIfOpened();
+  // Reports now, not at the next renew interval: the pod's lease calls it when its servers'
+  // backend pids changed, so the controller hears of a new backend within 25 ms.
+  void ReportNow() { SendReport(); }
 
   uint32_t peer_id() const { return state_.peer_id(); }
   bool has_lease() const { return state_.has_lease(); }
@@ -121,7 +120,6 @@ class LeaseClient {
   net::EventLoop::TimerId tick_timer_ = 0;
   net::EventLoop::TimerId report_timer_ = 0;
   absl::Duration report_interval_;
-  std::map<std::string, int> reported_open_;  // per database, in the last report
 };
 
 }  // namespace pgfleet::peering::controller

@@ -119,9 +119,8 @@ std::optional<Membership::Joined> Membership::Join(const JoinRequest& hello, abs
       held[db.database] =
           HeldShare{std::max(db.cap, 0), std::max(db.floor, 0), std::max(db.open, 0)};
       member.sent_caps[db.database] = std::max(db.cap, 0);
-      member.open[db.database] = db.open;
-      member.backends[db.database] = db.backend_pids;
     }
+    Remember(member, hello.databases);
     allocator_.AddWorker(member.handle, held);
   }
 
@@ -148,9 +147,8 @@ bool Membership::Report(const std::string& key, uint64_t report_seq,
   for (const auto& db : databases) {
     allocator_.SetDemand(member.handle, db.database, db.demand, now);
     allocator_.SetOpen(member.handle, db.database, db.open);
-    member.open[db.database] = db.open;
-    member.backends[db.database] = db.backend_pids;
   }
+  Remember(member, databases);
   return true;
 }
 
@@ -160,10 +158,7 @@ bool Membership::Ack(const std::string& key, uint64_t grant_seq,
   if (it == members_.end() || it->second.expired) return false;
   Member& member = it->second;
   if (!member.budget) return true;
-  for (const auto& db : databases) {
-    member.open[db.database] = db.open;
-    member.backends[db.database] = db.backend_pids;
-  }
+  Remember(member, databases);
   allocator_.Ack(member.handle, grant_seq);
   return true;
 }
@@ -178,12 +173,20 @@ bool Membership::Leave(const std::string& key, const std::vector<DatabaseReport>
     Remove(key, now);
     return true;
   }
-  for (const auto& db : databases) {
-    it->second.open[db.database] = db.open;
-    it->second.backends[db.database] = db.backend_pids;
-  }
+  Remember(it->second, databases);
   Lose(it->second, now);
   return false;
+}
+
+void Membership::Remember(Member& member, const std::vector<DatabaseReport>& databases) {
+  for (const auto& db : databases) {
+    member.open[db.database] = db.open;
+    member.backends[db.database] = db.backend_pids;
+  }
+}
+
+bool Membership::AwaitsBackends(const Member& member) {
+  return member.expired && member.budget && !member.lost_settled;
 }
 
 void Membership::Lose(Member& member, absl::Time now) {
@@ -202,7 +205,7 @@ void Membership::Lose(Member& member, absl::Time now) {
 }
 
 void Membership::UpdateLost(Member& member, absl::Time now) {
-  if (!member.expired || !member.budget || member.lost_settled) return;
+  if (!AwaitsBackends(member)) return;
   const bool hold_over = now >= member.expired_at + options_.lost_room_hold;
   bool settled = true;
   for (const auto& [db, held] : member.held_at_loss) {
@@ -225,7 +228,7 @@ void Membership::UpdateLost(Member& member, absl::Time now) {
 std::vector<Membership::LostBackend> Membership::LostBackends() const {
   std::vector<LostBackend> out;
   for (const auto& [key, member] : members_) {
-    if (!member.expired || !member.budget || member.lost_settled) continue;
+    if (!AwaitsBackends(member)) continue;
     for (const auto& [db, pids] : member.backends) {
       for (uint32_t pid : pids) out.push_back(LostBackend{pid, member.last_heard});
     }
@@ -233,18 +236,12 @@ std::vector<Membership::LostBackend> Membership::LostBackends() const {
   return out;
 }
 
-std::vector<uint32_t> Membership::LostBackendPids() const {
-  std::vector<uint32_t> pids;
-  for (const LostBackend& backend : LostBackends()) pids.push_back(backend.pid);
-  return pids;
-}
-
 int Membership::BackendsListed(const std::vector<uint32_t>& asked, const std::set<uint32_t>& listed,
                                absl::Time now) {
   const std::set<uint32_t> asked_set(asked.begin(), asked.end());
   int gone = 0;
   for (auto& [key, member] : members_) {
-    if (!member.expired || !member.budget || member.lost_settled) continue;
+    if (!AwaitsBackends(member)) continue;
     bool all_asked = true;
     for (const auto& [db, pids] : member.backends) {
       for (uint32_t pid : pids) all_asked = all_asked && asked_set.contains(pid);

@@ -142,16 +142,14 @@ class Membership {
     int raises = 0;  // shares above the cap last sent
     int lowers = 0;
   };
-  // The reported backend pids of every lost member whose room is not all back yet: the ones the
-  // controller's monitor asks PostgreSQL about.
-  std::vector<uint32_t> LostBackendPids() const;
-  // The same, each with when its member was last heard from.
+  // The reported backend pids of every lost member whose room is not all back yet, each with when
+  // its member was last heard from: what the controller's monitor asks PostgreSQL about.
   struct LostBackend {
     uint32_t pid = 0;
     absl::Time last_heard;
   };
   std::vector<LostBackend> LostBackends() const;
-  // PostgreSQL was asked about `asked` (a LostBackendPids) and lists `listed` of them now: the
+  // PostgreSQL was asked about `asked` (LostBackends' pids) and lists `listed` of them now: the
   // room of the others goes back. A member whose pids were not all asked about waits for the next.
   // Returns how many reported backends were seen gone now.
   int BackendsListed(const std::vector<uint32_t>& asked, const std::set<uint32_t>& listed,
@@ -171,6 +169,10 @@ class Membership {
 
  private:
   void Remove(const std::string& key, absl::Time now);
+  // What a Hello, Report, Ack or Leave says the member has open, and the backends' pids.
+  static void Remember(Member& member, const std::vector<DatabaseReport>& databases);
+  // Lost, and not all of its room back yet: its reported backends are still asked about.
+  static bool AwaitsBackends(const Member& member);
   // The member's lease ran out, or it left with servers open.
   void Lose(Member& member, absl::Time now);
   // Tells the allocator how much of a lost member's room may still be in use.

@@ -68,6 +68,7 @@ struct PodServerCounts::Region {
   std::atomic<int64_t> oldest_wait[kWorkers][kKeys];
   std::atomic<int32_t> demand[kWorkers][kKeys];
   std::atomic<uint64_t> backends[kBackendSlots];  // BackendRecord, 0 = free
+  std::atomic<uint64_t> backends_recorded;
 };
 
 namespace {
@@ -276,6 +277,7 @@ int PodServerCounts::RecordBackend(Key database, uint32_t pid) {
     uint64_t expected = 0;
     if (region_->backends[slot].load(std::memory_order_relaxed) == 0 &&
         region_->backends[slot].compare_exchange_strong(expected, record)) {
+      region_->backends_recorded.fetch_add(1, std::memory_order_relaxed);
       return static_cast<int>(slot);
     }
   }
@@ -300,6 +302,10 @@ int PodServerCounts::FindBackend(uint32_t pid) const {
     if (record != 0 && RecordPid(record) == pid) return static_cast<int>(slot);
   }
   return -1;
+}
+
+uint64_t PodServerCounts::backends_recorded() const {
+  return region_->backends_recorded.load(std::memory_order_relaxed);
 }
 
 std::vector<uint32_t> PodServerCounts::BackendPids(Key database) const {

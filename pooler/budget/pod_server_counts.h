@@ -97,6 +97,8 @@ class PodServerCounts {
   // The slot recording `pid` (a server that arrived from a sibling), or -1.
   int FindBackend(uint32_t pid) const;
   std::vector<uint32_t> BackendPids(Key database) const;
+  // Counts every RecordBackend: the pod's lease reports at once when it moves, one load a tick.
+  uint64_t backends_recorded() const;
 
   // This worker's idle servers and waiting clients of a pool, for siblings to see.
   void AddIdle(Key pool, int delta);

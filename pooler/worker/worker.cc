@@ -274,11 +274,11 @@ bool Worker::PassClientToSibling(int fd, const std::string& peer) {
 
 void Worker::ApplySignalledCommand(int signo) {
   // PgBouncer's SIGUSR1 and SIGUSR2: PAUSE and RESUME of every database, as from the console.
+  if (admin_actions_ == nullptr) return;
   peering::v1::AdminCommandRequest request;
   request.set_command(signo == SIGUSR1 ? peering::v1::AdminCommandRequest::COMMAND_PAUSE
                                        : peering::v1::AdminCommandRequest::COMMAND_RESUME);
   const char* name = signo == SIGUSR1 ? "SIGUSR1" : "SIGUSR2";
-  if (admin_actions_ == nullptr) return;
   admin_actions_->Apply(request, [name](const peering::v1::AdminCommandReply& reply) {
     if (!reply.ok()) {
       PGFLEET_LOG(kWarning, "signal_command_failed", "signal=", name,

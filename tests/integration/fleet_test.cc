@@ -195,15 +195,8 @@ TEST_F(FleetTest, SigusrOnePausesEveryWorkerAndSigusrTwoResumes) {
     ASSERT_TRUE(Ok(clients.back())) << ErrorOf(clients.back());
   }
   fleet.Signal(SIGUSR1);
-  ASSERT_TRUE(WaitFor([&] {
-    const std::string log = fleet.Log();
-    size_t paused = 0;
-    for (size_t at = log.find("event=admin_paused"); at != std::string::npos;
-         at = log.find("event=admin_paused", at + 1)) {
-      ++paused;
-    }
-    return paused >= 2;
-  })) << fleet.Log();
+  ASSERT_TRUE(WaitFor([&] { return CountInLog(fleet.Log(), "event=admin_paused") >= 2; }))
+      << fleet.Log();
   // A query sent now waits, whichever worker its client landed on.
   for (auto& c : clients) ASSERT_EQ(PQsendQuery(c.get(), "SELECT 1"), 1);
   const auto answered = [&] {

@@ -31,13 +31,6 @@ void SignalPod(const PgfleetProcess& pod, int signo) {
   kill(pod.pid(), signo);
 }
 
-// How many times `event` appears in `log`.
-size_t Count(const std::string& log, const std::string& event) {
-  size_t n = 0;
-  for (size_t at = log.find(event); at != std::string::npos; at = log.find(event, at + 1)) ++n;
-  return n;
-}
-
 // The most backends PostgreSQL lists for pod `name` (its application_name) in the sampler's
 // window since Mark().
 int MaxOf(BudgetSampler& sampler, const std::string& name) {
@@ -56,7 +49,7 @@ class LostMemberTest : public ControllerFixture {
   }
   // Waits until the controller has expired a lease (the n-th expiry in its log).
   bool WaitForExpiry(const ControllerProcess& controller, size_t n) {
-    return WaitFor([&] { return Count(controller.Log(), "event=lease_expired") >= n; },
+    return WaitFor([&] { return CountInLog(controller.Log(), "event=lease_expired") >= n; },
                    seconds(10));
   }
 };
@@ -188,7 +181,7 @@ TEST_F(LostMemberTest, FaultsOneAfterAnotherNeverPutPostgresOverTheBudget) {
   EXPECT_TRUE(all_serve({load_a.get(), &load_b, &load_c}, 20)) << "after a worker died";
 
   // 2. B frozen past its lease, then resumed.
-  const size_t expiries = Count(controller->Log(), "event=lease_expired");
+  const size_t expiries = CountInLog(controller->Log(), "event=lease_expired");
   SignalPod(*b, SIGSTOP);
   EXPECT_TRUE(WaitForExpiry(*controller, expiries + 1)) << controller->Log();
   SignalPod(*b, SIGCONT);
@@ -198,7 +191,8 @@ TEST_F(LostMemberTest, FaultsOneAfterAnotherNeverPutPostgresOverTheBudget) {
   const pid_t lease = PodLeasePid(c->pid());
   ASSERT_GT(lease, 0);
   kill(lease, SIGKILL);
-  EXPECT_TRUE(WaitFor([&] { return Count(c->Log(), "event=pod_lease_started") >= 2; }, seconds(10)))
+  EXPECT_TRUE(
+      WaitFor([&] { return CountInLog(c->Log(), "event=pod_lease_started") >= 2; }, seconds(10)))
       << c->Log();
   EXPECT_TRUE(all_serve({load_a.get(), &load_b, &load_c}, 20)) << "after C's lease died";
 

@@ -32,6 +32,13 @@ std::vector<pid_t> WorkerPids(pid_t supervisor);
 // The pod's lease process under a supervisor (`pgfleet --pod_lease`), or -1.
 pid_t PodLeasePid(pid_t supervisor);
 
+// How many times `event` ("event=worker_ready") appears in a log.
+inline size_t CountInLog(const std::string& log, const std::string& event) {
+  size_t n = 0;
+  for (size_t at = log.find(event); at != std::string::npos; at = log.find(event, at + 1)) ++n;
+  return n;
+}
+
 // The sum over a pod's workers of a metric in its /metrics (http_client.h).
 inline double MetricSum(const PgfleetProcess& fleet, const std::string& name) {
   return MetricSum(fleet.metrics_port(), name);

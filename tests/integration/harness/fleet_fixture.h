@@ -29,13 +29,7 @@ inline constexpr char kFleetToken[] = "controller-test-token-6f1d2e";
 // How many workers of `pod` have reported ready (each registers with the controller, if any,
 // and binds its peering port first).
 inline size_t WorkersReady(const PgfleetProcess& pod) {
-  const std::string log = pod.Log();
-  size_t ready = 0;
-  for (size_t at = log.find("event=worker_ready"); at != std::string::npos;
-       at = log.find("event=worker_ready", at + 1)) {
-    ++ready;
-  }
-  return ready;
+  return CountInLog(pod.Log(), "event=worker_ready");
 }
 
 // Samples PostgreSQL's client backends every `interval` on its own connection: the pods' server
