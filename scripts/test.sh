@@ -120,6 +120,12 @@ fi
 
 step "done"
 if [[ $failed -ne 0 ]]; then
+  # A CI log keeps its start and its end: repeat the failed gtest cases (with their first line of
+  # failure) here, at the end, where they are seen.
+  for log in "$BUILD_DIR" "${SANITIZE_BUILD_DIR:-build-asan}"; do
+    log="$log/Testing/Temporary/LastTest.log"
+    [[ -f "$log" ]] && grep -h -B3 -E '^\[  FAILED  \] [A-Za-z]' "$log" | tail -40 >&2 || true
+  done
   echo "test.sh: FAILED" >&2
   exit 1
 fi

@@ -115,6 +115,7 @@ void ClientConn::HandleReadable() {
       if (!closed()) in_.ReleaseIfEmpty();
       return;
     case ClientState::kAuthQuery:
+    case ClientState::kSettingsCheck:
     case ClientState::kWelcome:
       // Early pipelined bytes wait in the buffer until login completes.
       if (in_.size() > kMaxQueuedBytes) SetReadEnabled(false);
@@ -172,15 +173,19 @@ void ClientConn::HandleAdminData() {
   }
 }
 
-void ClientConn::OnAuthQueryResult(bool found, const std::string& secret, std::string_view error) {
+void ClientConn::OnLookupAnswer(const LookupAnswer& answer) {
   if (closed()) return;
-  if (!error.empty()) {
+  if (state_ != ClientState::kAuthQuery) {
+    pool_->OnStartupSettingsChecked(this, answer);
+    return;
+  }
+  if (!answer.error.empty()) {
     PGFLEET_LOG(kWarning, "auth_query_failed", "client=", id_, " user=", base::LogQuote(user_),
-                " error=", base::LogQuote(error));
+                " error=", base::LogQuote(answer.error));
     Fatal(protocol::sqlstate::kInvalidAuthorization, "authentication query failed");
     return;
   }
-  ContinueAuthWithSecret(found ? secret : "");
+  ContinueAuthWithSecret(answer.found ? answer.secret : "");
 }
 
 void ClientConn::Close(std::string_view reason) {
@@ -191,9 +196,9 @@ void ClientConn::Close(std::string_view reason) {
                 " user=", base::LogQuote(user_), " db=", base::LogQuote(database_),
                 " state=", ClientStateName(state_), " reason=", base::LogQuote(reason));
   }
-  if (auth_query_server_ != nullptr) {
-    auth_query_server_->AbandonAuthQuery();
-    auth_query_server_ = nullptr;
+  if (lookup_server_ != nullptr) {
+    lookup_server_->AbandonLookup();
+    lookup_server_ = nullptr;
   }
   CloseSocket();
   host_.DeleteClient(this);  // unlinks from pool and lists, sets kClosed, defers delete

@@ -20,6 +20,7 @@
 #include "pooler/protocol/cancel_key.h"
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/startup.h"
+#include "pooler/protocol/startup_options.h"
 #include "pooler/relay/param_sync.h"
 #include "pooler/relay/relay.h"
 
@@ -74,10 +75,15 @@ class ClientConn final : public LinkedClient, public base::ListNode {
 
   // Relays queued client bytes to the linked server; false when the client was closed.
   bool RelayToServer() override;
-  // Continues after the auth_query answer: `found` false when no such user; `error` non-empty
-  // when the query failed.
-  void OnAuthQueryResult(bool found, const std::string& secret, std::string_view error) override;
-  void set_auth_query_server(ServerConn* server) override { auth_query_server_ = server; }
+  // Continues after the answer to its auth_query (kAuthQuery) or the check of its startup
+  // settings (Pool::CheckStartupSettings).
+  void OnLookupAnswer(const LookupAnswer& answer) override;
+  void set_lookup_server(ServerConn* server) override { lookup_server_ = server; }
+  // The settings its startup packet gave (`options` -c switches, or parameters that name a
+  // setting): the pool checks them on a server, then they become the session's.
+  const std::vector<protocol::StartupSetting>& startup_settings() const {
+    return startup_settings_;
+  }
   // Sends AuthenticationOk, ParameterStatus, BackendKeyData and ReadyForQuery.
   void SendWelcome(const std::vector<std::pair<std::string, std::string>>& server_params,
                    const ParamSet& server_defaults);
@@ -124,6 +130,12 @@ class ClientConn final : public LinkedClient, public base::ListNode {
   void HandleReadable();
   void HandleStartupData();
   void HandleStartupPacket(const protocol::StartupPacket& packet);
+  // A startup parameter, or a setting of `options`, that is neither user nor database: a
+  // tracked parameter's value, dropped (pool.ignore_startup_parameters), or a startup setting.
+  // False when the client was refused.
+  [[nodiscard]] bool TakeStartupSetting(const std::string& name, const std::string& value,
+                                        bool from_options);
+  bool IgnoresStartupParameter(std::string_view name) const;
   // Drives the TLS handshake that follows our 'S'; reads the startup packet once it is done.
   // TLS from the first byte (sslnegotiation=direct): refused without client TLS.
   void StartDirectTls();
@@ -179,7 +191,7 @@ class ClientConn final : public LinkedClient, public base::ListNode {
 
   std::string user_;
   std::string database_;
-  std::vector<std::pair<std::string, std::string>> startup_params_;
+  std::vector<protocol::StartupSetting> startup_settings_;
   protocol::CancelKey cancel_key_;
   uint32_t protocol_version_ = 0;  // negotiated at startup (protocol/negotiation.h)
   bool direct_tls_ = false;        // TLS from the first byte (no SSLRequest)
@@ -187,7 +199,7 @@ class ClientConn final : public LinkedClient, public base::ListNode {
 
   // Authentication in progress.
   std::optional<ClientPasswordExchange> password_;
-  ServerConn* auth_query_server_ = nullptr;  // running our auth_query, if any
+  ServerConn* lookup_server_ = nullptr;  // running our auth_query or settings check, if any
 
   bool holds_client_slot_ = false;
   bool holds_login_slot_ = false;                  // pool.max_concurrent_logins

@@ -1,5 +1,8 @@
 // Client connection: the startup packet, TLS (SSLRequest or direct) and the start of
 // authentication, up to the client's pool or the console.
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
@@ -10,6 +13,7 @@
 #include "pooler/protocol/frame.h"
 #include "pooler/protocol/negotiation.h"
 #include "pooler/protocol/sqlstate.h"
+#include "pooler/protocol/startup_options.h"
 
 namespace pgfleet::pool {
 
@@ -144,19 +148,22 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
       database_ = value;
     } else if (absl::StartsWith(name, "_pq_.")) {
       continue;  // listed in NegotiateProtocolVersion
-    } else if (int slot = context_.tracked_params().Find(name); slot >= 0) {
-      // As the server will report it (client_encoding=utf8 is reported as UTF8): what the client
-      // is told at login, and what a server's value is compared with.
-      stream_.params.Set(static_cast<size_t>(slot), CanonicalParamValue(name, value));
-    } else if (std::find(config.pool.ignore_startup_parameters.begin(),
-                         config.pool.ignore_startup_parameters.end(),
-                         name) != config.pool.ignore_startup_parameters.end()) {
-      continue;
-    } else if (name == "options" && value.empty()) {
-      continue;
-    } else {
-      Fatal(protocol::sqlstate::kProtocolViolation,
-            base::StrCat("unsupported startup parameter: ", name));
+    } else if (name == "replication") {
+      Fatal(protocol::sqlstate::kFeatureNotSupported,
+            "replication connections are not supported through pgfleet: connect to PostgreSQL "
+            "directly");
+      return;
+    } else if (name == "options") {
+      auto settings = protocol::ParseStartupOptions(value);
+      if (!settings.ok() && IgnoresStartupParameter("options")) continue;
+      if (!settings.ok()) {
+        Fatal(protocol::sqlstate::kProtocolViolation, base::Sv(settings.status().message()));
+        return;
+      }
+      for (auto& setting : *settings) {
+        if (!TakeStartupSetting(setting.name, setting.value, /*from_options=*/true)) return;
+      }
+    } else if (!TakeStartupSetting(name, value, /*from_options=*/false)) {
       return;
     }
   }
@@ -204,6 +211,34 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
     return;
   }
   BeginAuth();
+}
+
+bool ClientConn::IgnoresStartupParameter(std::string_view name) const {
+  const auto& ignored = context_.config().pool.ignore_startup_parameters;
+  return std::any_of(ignored.begin(), ignored.end(), [&](const std::string& entry) {
+    return absl::EqualsIgnoreCase(entry, base::Av(name));
+  });
+}
+
+bool ClientConn::TakeStartupSetting(const std::string& name, const std::string& value,
+                                    bool from_options) {
+  if (int slot = context_.tracked_params().Find(name); slot >= 0) {
+    // As the server will report it (client_encoding=utf8 is reported as UTF8): what the client
+    // is told at login, and what a server's value is compared with.
+    stream_.params.Set(static_cast<size_t>(slot), CanonicalParamValue(name, value));
+  } else if (IgnoresStartupParameter(name) ||
+             (from_options && IgnoresStartupParameter("options"))) {
+    // PgBouncer's meaning: dropped (with `options` listed, any setting inside it).
+  } else if (!protocol::IsSettingName(name)) {
+    Fatal(protocol::sqlstate::kProtocolViolation,
+          base::StrCat("unsupported startup parameter: ", name));
+    return false;
+  } else {
+    // Any other parameter names a setting, as PostgreSQL reads it: it becomes the session's
+    // (checked on a server before the welcome, Pool::CheckStartupSettings).
+    startup_settings_.push_back({absl::AsciiStrToLower(name), value});
+  }
+  return true;
 }
 
 void ClientConn::BeginAuth() {

@@ -11,6 +11,8 @@ std::string_view ClientStateName(ClientState state) {
       return "auth";
     case ClientState::kAuthQuery:
       return "auth_query";
+    case ClientState::kSettingsCheck:
+      return "settings_check";
     case ClientState::kWelcome:
       return "welcome";
     case ClientState::kIdle:
@@ -34,10 +36,12 @@ bool IsLegalClientMove(ClientState from, ClientState to) {
   switch (from) {
     case S::kStartup:
       // Trust logs in at once from the startup packet; auth_file users skip the auth query.
-      return to == S::kAuth || to == S::kAuthQuery || to == S::kWelcome || to == S::kIdle ||
-             to == S::kAdmin;
+      return to == S::kAuth || to == S::kAuthQuery || to == S::kSettingsCheck ||
+             to == S::kWelcome || to == S::kIdle || to == S::kAdmin;
     case S::kAuth:
-      return to == S::kWelcome || to == S::kIdle || to == S::kAdmin;
+      return to == S::kSettingsCheck || to == S::kWelcome || to == S::kIdle || to == S::kAdmin;
+    case S::kSettingsCheck:
+      return to == S::kWelcome || to == S::kIdle;
     case S::kAuthQuery:
       return to == S::kAuth;  // the secret arrived (or not): the password exchange goes on
     case S::kWelcome:

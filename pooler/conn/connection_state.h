@@ -20,15 +20,16 @@
 namespace pgfleet::pool {
 
 enum class ClientState {
-  kStartup,    // reading the startup packet (or SSLRequest/CancelRequest)
-  kAuth,       // password exchange in progress
-  kAuthQuery,  // waiting for auth_query's answer
-  kWelcome,    // authenticated, waiting for the pool's first server to learn its parameters
-  kIdle,       // logged in, no server, nothing to send
-  kWaiting,    // has messages queued and waits for a server
-  kActive,     // linked to a server
-  kAdmin,      // logged in to the admin console (no server, ever)
-  kClosed,     // on no list; deleted after the event batch
+  kStartup,        // reading the startup packet (or SSLRequest/CancelRequest)
+  kAuth,           // password exchange in progress
+  kAuthQuery,      // waiting for auth_query's answer
+  kSettingsCheck,  // authenticated, its startup settings being tried on a server
+  kWelcome,        // authenticated, waiting for the pool's first server to learn its parameters
+  kIdle,           // logged in, no server, nothing to send
+  kWaiting,        // has messages queued and waits for a server
+  kActive,         // linked to a server
+  kAdmin,          // logged in to the admin console (no server, ever)
+  kClosed,         // on no list; deleted after the event batch
 };
 inline constexpr size_t kClientStateCount = static_cast<size_t>(ClientState::kClosed) + 1;
 std::string_view ClientStateName(ClientState state);

@@ -1,5 +1,6 @@
 // A client as its server sees it: the end of the link that ServerConn writes answers to, wakes
-// when its own output drains, and reports the end of an auth_query to. ClientConn implements it;
+// when its own output drains, and reports the end of a lookup (auth_query, the check of its
+// startup settings) to. ClientConn implements it;
 // the server never includes client_conn.h, so the two shells have one direction between them
 // (the client drives its server: client_conn.cc includes server_conn.h).
 #pragma once
@@ -14,6 +15,14 @@
 namespace pgfleet::pool {
 
 class ServerConn;
+
+// The answer to a query pgfleet ran on a pool's server for a client that is logging in.
+struct LookupAnswer {
+  bool found = false;    // a row came back (auth_query: the user exists)
+  std::string secret;    // auth_query: the row's password column ("" for NULL)
+  std::string error;     // non-empty when the query failed: PostgreSQL's message, or pgfleet's
+  std::string sqlstate;  // with PostgreSQL's error, its code
+};
 
 class LinkedClient : public net::Connection, public NotificationListener {
  public:
@@ -30,10 +39,9 @@ class LinkedClient : public net::Connection, public NotificationListener {
   virtual bool RelayToServer() = 0;
   // Writes the queued notifications if the client may get them now.
   virtual void FlushNotifications() = 0;
-  // Continues after the auth_query answer: `found` false when no such user; `error` non-empty
-  // when the query failed.
-  virtual void OnAuthQueryResult(bool found, const std::string& secret, std::string_view error) = 0;
-  virtual void set_auth_query_server(ServerConn* server) = 0;
+  // Continues after the answer to its lookup.
+  virtual void OnLookupAnswer(const LookupAnswer& answer) = 0;
+  virtual void set_lookup_server(ServerConn* server) = 0;
   // Sends an ErrorResponse (FATAL or ERROR) and closes. Never throws away other clients.
   virtual void Fatal(std::string_view sqlstate, std::string_view message) = 0;
   // Closes without a message; logs `reason`.

@@ -14,6 +14,7 @@
 
 #include "pooler/budget/pod_server_counts.h"
 #include "pooler/config/config.h"
+#include "pooler/conn/linked_client.h"
 #include "pooler/conn/server_login.h"
 #include "pooler/conn/stats.h"
 #include "pooler/conn/worker_context.h"
@@ -87,6 +88,8 @@ class PoolEvents {
   // An authenticated client joins: welcomed at once when the server parameters are known,
   // otherwise after the first server logs in.
   virtual void AddClient(ClientConn* client) = 0;
+  // The check of an added client's startup settings answered (ServerConn::StartSettingsCheck).
+  virtual void OnStartupSettingsChecked(ClientConn* client, const LookupAnswer& answer) = 0;
   // The client has messages to send: link it to a server now or queue it in arrival order.
   virtual void RequestServer(ClientConn* client) = 0;
   // The client is going away; unlinks its server and releases it, or, mid-query, drains it.

@@ -174,12 +174,32 @@ bool ServerConn::StartAuthQuery(LinkedClient* client, std::string_view query,
   protocol::BuildBindText(sink, "", "", values);
   protocol::BuildExecute(sink, "", 0);
   protocol::BuildSync(sink);
-  auth_query_client_ = client;
-  auth_query_running_ = true;
-  auth_query_found_ = false;
-  auth_query_secret_.clear();
-  auth_query_error_.clear();
+  BeginLookup(client, /*reads_secret=*/true);
   return SendSink(sink);
+}
+
+bool ServerConn::StartSettingsCheck(LinkedClient* client,
+                                    std::span<const protocol::StartupSetting> settings) {
+  // Extended protocol: names and values travel as parameters, never spliced into SQL, and every
+  // Execute before the Sync runs in one implicit transaction, which the Sync ends (undoing the
+  // local settings); after an error the server skips the rest up to the Sync.
+  protocol::StringSink sink;
+  protocol::BuildParse(sink, "", "SELECT pg_catalog.set_config($1, $2, true)", {});
+  for (const auto& setting : settings) {
+    const std::string_view values[] = {setting.name, setting.value};
+    protocol::BuildBindText(sink, "", "", values);
+    protocol::BuildExecute(sink, "", 0);
+  }
+  protocol::BuildSync(sink);
+  BeginLookup(client, /*reads_secret=*/false);
+  return SendSink(sink);
+}
+
+void ServerConn::BeginLookup(LinkedClient* client, bool reads_secret) {
+  lookup_client_ = client;
+  lookup_running_ = true;
+  lookup_reads_secret_ = reads_secret;
+  lookup_ = LookupAnswer();
 }
 
 void ServerConn::OnIoEvent(uint32_t events) {
@@ -377,8 +397,8 @@ void ServerConn::ApplyLoginVerdict(const LoginVerdict& verdict) {
   Close("login failed");
 }
 
-void ServerConn::OnAuthQueryMessage(uint8_t type, std::span<const uint8_t> body) {
-  if (type == 'D') {
+void ServerConn::OnLookupMessage(uint8_t type, std::span<const uint8_t> body) {
+  if (type == 'D' && lookup_reads_secret_) {
     protocol::Reader r(body);
     int16_t columns = 0;
     int32_t len = 0;
@@ -386,29 +406,32 @@ void ServerConn::OnAuthQueryMessage(uint8_t type, std::span<const uint8_t> body)
     // Columns: usename, passwd (NULL passwd = user without password).
     if (!r.ReadInt16(&columns) || columns < 2 || !r.ReadInt32(&len) || len < 0 ||
         !r.ReadBytes(static_cast<size_t>(len), &value) || !r.ReadInt32(&len)) {
-      auth_query_error_ = "auth_query returned an unexpected row";
+      lookup_.error = "auth_query returned an unexpected row";
       return;
     }
-    auth_query_found_ = true;
+    lookup_.found = true;
     if (len >= 0 && r.ReadBytes(static_cast<size_t>(len), &value)) {
-      auth_query_secret_.assign(base::AsText(value));
+      lookup_.secret.assign(base::AsText(value));
     }
+  } else if (type == 'D') {
+    lookup_.found = true;
   } else if (type == 'E') {
     auto fields = protocol::ParseErrorFields(body);
     Observer(*this).OnServerError(fields.ok() ? fields->sqlstate : std::string_view());
-    auth_query_error_ = fields.ok() ? std::string(fields->message) : "auth_query failed";
+    lookup_.error = fields.ok() ? std::string(fields->message) : "lookup query failed";
+    if (fields.ok()) lookup_.sqlstate = std::string(fields->sqlstate);
   }
 }
 
-void ServerConn::FinishAuthQuery() {
-  auth_query_running_ = false;
-  LinkedClient* client = auth_query_client_;
-  auth_query_client_ = nullptr;
+void ServerConn::FinishLookup() {
+  lookup_running_ = false;
+  LinkedClient* client = lookup_client_;
+  lookup_client_ = nullptr;
   if (client != nullptr) {
-    client->set_auth_query_server(nullptr);
-    client->OnAuthQueryResult(auth_query_found_, auth_query_secret_, auth_query_error_);
+    client->set_lookup_server(nullptr);
+    client->OnLookupAnswer(lookup_);
   }
-  auth_query_secret_.clear();
+  lookup_ = LookupAnswer();  // the secret goes
 }
 
 template <typename More, typename Handle>
@@ -440,13 +463,13 @@ void ServerConn::ProcessLogin() {
                     });
 }
 
-void ServerConn::ProcessAuthQuery() {
-  const bool open = ReadWholeMessages([this] { return auth_query_running_; },
+void ServerConn::ProcessLookup() {
+  const bool open = ReadWholeMessages([this] { return lookup_running_; },
                                       [this](const protocol::StreamDecoder::Piece& message) {
                                         if (message.header.type == 'Z') {
-                                          FinishAuthQuery();  // ends the loop
+                                          FinishLookup();  // ends the loop
                                         } else {
-                                          OnAuthQueryMessage(message.header.type, message.body());
+                                          OnLookupMessage(message.header.type, message.body());
                                         }
                                       });
   if (!open) return;
@@ -468,7 +491,7 @@ void ServerConn::ProcessListen() {
 
 void ServerConn::ProcessRelay() {
   if (state_ == ServerState::kLogin) return ProcessLogin();
-  if (auth_query_running_) return ProcessAuthQuery();
+  if (lookup_running_) return ProcessLookup();
   if (state_ == ServerState::kListening) return ProcessListen();
   LinkedClient* client = client_;
   const auto data = in_.Readable();
@@ -503,7 +526,7 @@ void ServerConn::ProcessRelay() {
 
 void ServerConn::AfterRelayChunk() {
   if (state_ == ServerState::kTesting && !relay_.hidden_in_flight() &&
-      !relay_.query_in_progress() && !auth_query_running_) {
+      !relay_.query_in_progress() && !lookup_running_) {
     if (close_on_release_) {
       Close("server check or reset failed");
     } else {
@@ -558,11 +581,11 @@ void ServerConn::Close(std::string_view reason) {
               " user=", base::LogQuote(pool_->user()), " state=", ServerStateName(state_),
               " reason=", base::LogQuote(reason));
   CloseSocket();
-  LinkedClient* auth_client = auth_query_client_;
-  auth_query_client_ = nullptr;
-  if (auth_client != nullptr) {
-    auth_client->set_auth_query_server(nullptr);
-    auth_client->OnAuthQueryResult(false, "", "auth_query connection failed");
+  LinkedClient* lookup_client = lookup_client_;
+  lookup_client_ = nullptr;
+  if (lookup_client != nullptr) {
+    lookup_client->set_lookup_server(nullptr);
+    lookup_client->OnLookupAnswer(LookupAnswer{.error = "the server connection failed"});
   }
   pool_->RemoveServer(this);  // sets kClosed, unlinks, schedules deletion
 }

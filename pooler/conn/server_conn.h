@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,12 +15,14 @@
 #include "pooler/cancel/repeat_cancel.h"
 #include "pooler/config/config.h"
 #include "pooler/conn/connection_state.h"
+#include "pooler/conn/linked_client.h"
 #include "pooler/conn/server_login.h"
 #include "pooler/conn/server_room.h"
 #include "pooler/handoff/handoff_message.h"
 #include "pooler/net/connection.h"
 #include "pooler/protocol/backend.h"
 #include "pooler/protocol/byte_sink.h"
+#include "pooler/protocol/startup_options.h"
 #include "pooler/relay/param_sync.h"
 #include "pooler/relay/relay.h"
 
@@ -68,7 +71,7 @@ class ServerConn final : public net::Connection, public base::ListNode {
   // max_pinned_servers from now on).
   bool KeepForPinnedClient();
   bool in_transaction() const { return relay_.in_transaction(); }
-  bool query_in_progress() const { return relay_.query_in_progress() || auth_query_running_; }
+  bool query_in_progress() const { return relay_.query_in_progress() || lookup_running_; }
 
   const ParamSet& params() const { return relay_.params(); }
   // Every ParameterStatus the server sent at login, in order, for welcoming clients.
@@ -121,8 +124,12 @@ class ServerConn final : public net::Connection, public base::ListNode {
   // Runs auth_query for `client` on this idle server (its state becomes kTesting).
   [[nodiscard]] bool StartAuthQuery(LinkedClient* client, std::string_view query,
                                     std::string_view username);
-  // The client waiting for this server's auth_query answer went away.
-  void AbandonAuthQuery() { auth_query_client_ = nullptr; }
+  // Tries `settings` (a client's startup settings) with set_config(..., true) in one implicit
+  // transaction, which undoes them: the answer's error is PostgreSQL's for the first that fails.
+  [[nodiscard]] bool StartSettingsCheck(LinkedClient* client,
+                                        std::span<const protocol::StartupSetting> settings);
+  // The client waiting for this server's lookup went away.
+  void AbandonLookup() { lookup_client_ = nullptr; }
 
   // Everything a sibling needs to serve this idle server as this worker would.
   ServerHandoff Describe() const;
@@ -157,12 +164,13 @@ class ServerConn final : public net::Connection, public base::ListNode {
   template <typename More, typename Handle>
   bool ReadWholeMessages(More more, Handle handle);
   void ProcessRelay();
-  void ProcessAuthQuery();
+  void ProcessLookup();
   // The LISTEN hub's server: every message goes to the pool's hub (listen_hub.h).
   void ProcessListen();
   void AfterRelayChunk();
-  void OnAuthQueryMessage(uint8_t type, std::span<const uint8_t> body);
-  void FinishAuthQuery();
+  void BeginLookup(LinkedClient* client, bool reads_secret);
+  void OnLookupMessage(uint8_t type, std::span<const uint8_t> body);
+  void FinishLookup();
 
   PoolEvents* pool_;
   uint64_t id_;
@@ -180,12 +188,11 @@ class ServerConn final : public net::Connection, public base::ListNode {
   Relay relay_;
   // Kept after login: SHOW SERVERS, metrics and cancel requests read what the server sent then.
   ServerLogin login_;
-  // auth_query in progress: who waits, and what the answer held so far.
-  LinkedClient* auth_query_client_ = nullptr;
-  bool auth_query_running_ = false;
-  bool auth_query_found_ = false;
-  std::string auth_query_secret_;
-  std::string auth_query_error_;
+  // A lookup in progress: who waits, and what the answer holds so far.
+  LinkedClient* lookup_client_ = nullptr;
+  bool lookup_running_ = false;
+  bool lookup_reads_secret_ = false;  // auth_query: rows carry (usename, passwd)
+  LookupAnswer lookup_;
 
   int64_t created_at_us_;
   int64_t last_used_at_us_;

@@ -68,6 +68,7 @@ std::string_view ClientStateForShow(pool::ClientState state) {
     case pool::ClientState::kAuth:
     case pool::ClientState::kAuthQuery:
       return "login";
+    case pool::ClientState::kSettingsCheck:
     case pool::ClientState::kWelcome:
     case pool::ClientState::kWaiting:
       return "waiting";

@@ -102,6 +102,10 @@ absl::Duration Pool::max_wait(absl::Time now) const {
 }
 
 void Pool::AddClient(ClientConn* client) {
+  if (StartupSettingsKnownGood(client)) AdmitClient(client);
+}
+
+void Pool::AdmitClient(ClientConn* client) {
   if (welcome_known_) {
     MoveClient(client, ClientState::kIdle);
     WelcomeClient(client);
@@ -185,11 +189,12 @@ void Pool::ServeWaiting() {
     ClientConn* client = auth_query_waiters_.front();
     auth_query_waiters_.erase(auth_query_waiters_.begin());
     MoveServer(server, ServerState::kTesting);
-    client->set_auth_query_server(server);
+    client->set_lookup_server(server);
     if (!server->StartAuthQuery(client, context_.config().auth.query, client->user())) {
       server->Close("write failed");
     }
   }
+  ServeSettingsChecks(now);
   if (paused_) return;
   // The LISTEN hub serves many clients with one server: it goes before the queue.
   if (hub_.wants_server()) {
@@ -214,8 +219,8 @@ void Pool::ServeWaiting() {
 }
 
 size_t Pool::servers_wanted() const {
-  return waiting_count() + auth_query_waiters_.size() + (hub_.wants_server() ? 1 : 0) +
-         (!welcome_known_ && welcome_client_count() > 0 ? 1 : 0);
+  return waiting_count() + auth_query_waiters_.size() + settings_check_waiters_.size() +
+         (hub_.wants_server() ? 1 : 0) + (!welcome_known_ && welcome_client_count() > 0 ? 1 : 0);
 }
 
 // PostgreSQL reports a parameter that changes without a query (in_hot_standby after a promotion)
@@ -390,7 +395,7 @@ void Pool::ReleaseServer(ServerConn* server) {
 }
 
 void Pool::RemoveClient(ClientConn* client) {
-  CancelAuthQuery(client);
+  CancelLookups(client);
   if (hub_.listener_count() > 0) {
     // Delivery stops at once; the hub's server UNLISTENs what nobody else listens on.
     hub_.Remove(client);
@@ -486,10 +491,9 @@ void Pool::RequestAuthQuery(ClientConn* client) {
   ServeWaiting();
 }
 
-void Pool::CancelAuthQuery(ClientConn* client) {
-  auth_query_waiters_.erase(
-      std::remove(auth_query_waiters_.begin(), auth_query_waiters_.end(), client),
-      auth_query_waiters_.end());
+void Pool::CancelLookups(ClientConn* client) {
+  std::erase(auth_query_waiters_, client);
+  std::erase(settings_check_waiters_, client);
 }
 
 void Pool::CloseIdleServers(std::string_view reason) {
@@ -504,8 +508,9 @@ bool Pool::EvictOneIdleServer() {
 }
 
 void Pool::Shutdown(std::string_view reason) {
-  for (ClientConn* client : clients_.In({ClientState::kWelcome, ClientState::kIdle,
-                                         ClientState::kWaiting, ClientState::kActive})) {
+  for (ClientConn* client :
+       clients_.In({ClientState::kSettingsCheck, ClientState::kWelcome, ClientState::kIdle,
+                    ClientState::kWaiting, ClientState::kActive})) {
     if (!client->closed()) client->Fatal(protocol::sqlstate::kAdminShutdown, reason);
   }
   for (ServerConn* server : servers_.In(
@@ -545,7 +550,7 @@ void Pool::Maintain(absl::Time now) {
     for (ClientConn* c : clients_.In({ClientState::kWaiting})) {
       if (now - c->wait_started_at() > pc.query_wait_timeout) expired.push_back(c);
     }
-    for (ClientConn* c : clients_.In({ClientState::kWelcome})) {
+    for (ClientConn* c : clients_.In({ClientState::kSettingsCheck, ClientState::kWelcome})) {
       if (now - c->connected_at() > pc.query_wait_timeout) expired.push_back(c);
     }
   }

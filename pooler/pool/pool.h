@@ -97,7 +97,10 @@ class Pool final : public BudgetedPool {
   // Queues `client` for an auth_query on one of this pool's servers (this pool's user is
   // auth.user).
   void RequestAuthQuery(ClientConn* client);
-  void CancelAuthQuery(ClientConn* client);
+  // The client leaves the queues of auth_query and of the startup settings check.
+  void CancelLookups(ClientConn* client);
+  // The check of `client`'s startup settings answered (pool_settings_check.cc).
+  void OnStartupSettingsChecked(ClientConn* client, const LookupAnswer& answer) override;
 
   // Periodic maintenance: timeouts, min_pool_size, reserve pool, lifetimes.
   void Maintain(absl::Time now);
@@ -233,6 +236,14 @@ class Pool final : public BudgetedPool {
   // parameters the servers do not report become session settings first
   // (CarryUnreportedStartupParams).
   void WelcomeClient(ClientConn* client);
+  // AddClient once the client's startup settings are known to be good.
+  void AdmitClient(ClientConn* client);
+  // True when `client` has no startup settings, or settings this pool's servers took before.
+  // Otherwise it is refused (settings refused before) or queued for a check on a server, and
+  // AdmitClient follows the check (OnStartupSettingsChecked). pool_settings_check.cc.
+  bool StartupSettingsKnownGood(ClientConn* client);
+  // Hands idle servers to the clients queued for a check of their startup settings.
+  void ServeSettingsChecks(int64_t now);
   void ServeWelcomedClients();
   // No room for a server: a sibling's idle server of this pool, or, when the database's or the
   // user's budget is what is full, a sibling's idle server of another pool in it, closed for us.
@@ -266,10 +277,18 @@ class Pool final : public BudgetedPool {
   int64_t server_lifetime_us_ = -1;
   int64_t server_check_delay_us_ = -1;
 
-  ClientLists clients_{ClientState::kWelcome, ClientState::kIdle, ClientState::kWaiting,
-                       ClientState::kActive};
+  ClientLists clients_{ClientState::kSettingsCheck, ClientState::kWelcome, ClientState::kIdle,
+                       ClientState::kWaiting, ClientState::kActive};
 
   std::vector<ClientConn*> auth_query_waiters_;
+  std::vector<ClientConn*> settings_check_waiters_;
+  // Startup settings this pool's servers took (an empty message) or refused, by
+  // StartupSettingsKey; cleared when it grows past a bound.
+  struct SettingsVerdict {
+    std::string sqlstate;
+    std::string message;
+  };
+  absl::flat_hash_map<std::string, SettingsVerdict> checked_settings_;
 
   // Idle servers are LIFO: the most recently used at the front keeps the busiest ones warm.
   ServerLists servers_{ServerState::kConnecting, ServerState::kLogin,    ServerState::kIdle,

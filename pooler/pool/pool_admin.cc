@@ -34,8 +34,9 @@ bool Pool::HasServersToClose() const {
 }
 
 void Pool::ForEachClient(const std::function<void(const ClientConn&)>& fn) const {
-  for (const ClientConn* c : clients_.In({ClientState::kActive, ClientState::kWaiting,
-                                          ClientState::kIdle, ClientState::kWelcome})) {
+  for (const ClientConn* c :
+       clients_.In({ClientState::kActive, ClientState::kWaiting, ClientState::kIdle,
+                    ClientState::kWelcome, ClientState::kSettingsCheck})) {
     fn(*c);
   }
 }

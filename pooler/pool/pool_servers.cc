@@ -71,8 +71,11 @@ void Pool::LearnWelcome(const ServerConn* server) {
 }
 
 void Pool::WelcomeClient(ClientConn* client) {
+  ClientStream& stream = client->stream();
+  // In every mode: a session pool's server takes them at the link, and the next client's link
+  // undoes them.
+  TakeStartupSettings(client->startup_settings(), &stream.session);
   if (relay_settings_.session == SessionTracking::kTrack) {
-    ClientStream& stream = client->stream();
     CarryUnreportedStartupParams(context_.tracked_params(), server_defaults_, &stream.params,
                                  &stream.session);
   }
@@ -116,8 +119,12 @@ void Pool::FailWelcomeClients(std::span<const uint8_t> error) {
   auto waiters = std::move(auth_query_waiters_);
   auth_query_waiters_.clear();
   for (ClientConn* client : waiters) {
-    client->OnAuthQueryResult(false, "", "auth_query login failed");
+    client->OnLookupAnswer(LookupAnswer{.error = "auth_query login failed"});
   }
+  while (ClientConn* client = clients_[ClientState::kSettingsCheck].front()) {
+    client->FatalRaw(error);
+  }
+  settings_check_waiters_.clear();
 }
 
 void Pool::OnServerLoginFailed(ServerConn* server, std::span<const uint8_t> error,

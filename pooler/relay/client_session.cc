@@ -158,6 +158,13 @@ bool BuildSessionSync(const SessionSettings& wanted, const SessionSettings& appl
   return sql->size() != before;
 }
 
+void TakeStartupSettings(std::span<const protocol::StartupSetting> settings,
+                         ClientSession* session) {
+  for (const auto& setting : settings) {
+    session->SetStartup(sql::SetConfigEffect(setting.name, setting.value));
+  }
+}
+
 void CarryUnreportedStartupParams(const TrackedParamNames& names, const ParamSet& server_defaults,
                                   ParamSet* params, ClientSession* session) {
   for (size_t slot = 0; slot < params->size() && slot < names.size(); ++slot) {

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "pooler/protocol/startup_options.h"
 #include "pooler/relay/param_sync.h"
 #include "pooler/sql/session_effects.h"
 
@@ -98,6 +100,11 @@ bool BuildSessionSync(const SessionSettings& wanted, const SessionSettings& appl
 // and becomes a startup setting of its `session` (SetStartup): carried to each server with the
 // SETs, undone for the next client with them. `server_defaults` is what the pool's servers
 // report at login; a slot unset there is one they do not report.
+// The settings a client's startup packet gave (`options` -c switches, parameters that name a
+// setting) become startup settings of its `session` (SetStartup).
+void TakeStartupSettings(std::span<const protocol::StartupSetting> settings,
+                         ClientSession* session);
+
 void CarryUnreportedStartupParams(const TrackedParamNames& names, const ParamSet& server_defaults,
                                   ParamSet* params, ClientSession* session);
 

@@ -70,3 +70,37 @@ def test_default_statement_cache(pg, pgfleet):
     stats = assert_server_side_prepared(pg, marker, since)
     assert_clean_log(fleet)
     print("asyncpg:", stats)
+
+
+def test_server_settings_are_the_sessions(pg, pgfleet):
+    """asyncpg's server_settings travel as startup parameters: through pgfleet they are the
+    client's session settings (issue 35), on every server it gets, and never another client's."""
+    fleet = pgfleet(workers=1, pool_size=1)
+
+    async def scenario():
+        tuned = await asyncpg.connect(host="127.0.0.1", port=fleet.port, user="postgres",
+                                      database="postgres", timeout=10,
+                                      server_settings={"jit": "off", "lock_timeout": "2345",
+                                                       "application_name": "drv_settings"})
+        plain = await asyncpg.connect(host="127.0.0.1", port=fleet.port, user="postgres",
+                                      database="postgres", timeout=10)
+        try:
+            for _ in range(3):
+                assert await tuned.fetchval("SHOW lock_timeout") == "2345ms"
+                assert await tuned.fetchval("SHOW jit") == "off"
+                assert await tuned.fetchval(
+                    "SELECT current_setting('application_name')") == "drv_settings"
+                assert await plain.fetchval("SHOW lock_timeout") == "0"
+        finally:
+            await tuned.close()
+            await plain.close()
+        refused = None
+        try:
+            await asyncpg.connect(host="127.0.0.1", port=fleet.port, user="postgres",
+                                  database="postgres", timeout=10,
+                                  server_settings={"lock_timeout": "later"})
+        except asyncpg.PostgresError as e:
+            refused = e
+        assert refused is not None and refused.sqlstate == "22023", refused
+
+    asyncio.run(scenario())

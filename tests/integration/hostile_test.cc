@@ -251,9 +251,19 @@ std::vector<BadInput> BadInputs() {
       {"startup_missing_value", false, missing_value, false, "missing value"},
       {"startup_protocol_2", false, StartupPacket({{"user", "postgres"}}, 0x20000), false,
        "unsupported frontend protocol", "0A000"},  // as PostgreSQL answers
-      {"startup_unknown_parameter", false,
+      // Any other parameter names a setting, as PostgreSQL reads it: one that is no setting is
+      // refused as PostgreSQL refuses it, one that cannot name one before any server sees it.
+      {"startup_unknown_setting", false,
        StartupPacket({{"user", "postgres"}, {"no_such_guc", "1"}}), false,
+       "unrecognized configuration parameter \"no_such_guc\"", "42704"},
+      {"startup_parameter_no_setting_could_have", false,
+       StartupPacket({{"user", "postgres"}, {"no such;guc", "1"}}), false,
        "unsupported startup parameter"},
+      {"startup_options_other_switch", false,
+       StartupPacket({{"user", "postgres"}, {"options", "-c a.b=1 -B 8"}}), false,
+       "unsupported options startup parameter"},
+      {"startup_replication", false, StartupPacket({{"user", "postgres"}, {"replication", "true"}}),
+       false, "replication connections are not supported", "0A000"},
       {"ssl_request_with_stuffed_bytes", false,
        Int32(8) + Int32(80877103) + StartupPacket({{"user", "postgres"}}), false,
        "unexpected data after encryption request"},
