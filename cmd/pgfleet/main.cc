@@ -23,6 +23,8 @@
 
 ABSL_FLAG(std::string, config, "", "Path to pgfleet.yaml; runs the pooler.");
 ABSL_FLAG(std::string, check_config, "", "Validate this config file and exit (0 = valid).");
+ABSL_FLAG(bool, print_config, false,
+          "With --config (YAML or pgbouncer.ini): print it as the YAML pgfleet reads, and exit.");
 ABSL_FLAG(bool, version, false, "Print the version and exit.");
 // Set by the supervisor when it execs a worker; not for people.
 ABSL_FLAG(int, worker_slot, -1, "internal: worker slot index (worker mode)");
@@ -42,6 +44,16 @@ ABSL_FLAG(uint32_t, metrics_slot, 0, "internal: this worker's slot in the metric
 #endif
 
 namespace {
+
+int PrintConfig(const std::string& path) {
+  auto yaml = pgfleet::config::ConfigFileAsYaml(path);
+  if (!yaml.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(yaml.status().message()).c_str());
+    return 1;
+  }
+  std::fputs(yaml->c_str(), stdout);
+  return 0;
+}
 
 int CheckConfig(const std::string& path) {
   auto config = pgfleet::config::LoadConfigFile(path);
@@ -124,7 +136,8 @@ int RunSupervisor(const std::string& config_path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("pgfleet --config FILE | --check-config FILE | --version");
+  absl::SetProgramUsageMessage(
+      "pgfleet --config FILE [--print-config] | --check-config FILE | --version");
   // The command-line contract (docs/architecture.md, "Configuration") is --check-config; absl
   // spells flags with underscores, so accept both.
   std::vector<std::string> args(argv, argv + argc);
@@ -147,9 +160,12 @@ int main(int argc, char** argv) {
   }
   const std::string config_path = absl::GetFlag(FLAGS_config);
   if (config_path.empty()) {
-    std::fprintf(stderr, "usage: pgfleet --config FILE | --check-config FILE | --version\n");
+    std::fprintf(stderr,
+                 "usage: pgfleet --config FILE [--print-config] | --check-config FILE | "
+                 "--version\n");
     return 2;
   }
+  if (absl::GetFlag(FLAGS_print_config)) return PrintConfig(config_path);
   RaiseFileLimit();
   if (absl::GetFlag(FLAGS_pod_lease)) {
     return pgfleet::peering::RunPodLeaseProcess(config_path, absl::GetFlag(FLAGS_runtime_dir),

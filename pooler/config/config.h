@@ -321,7 +321,20 @@ struct Config {
 absl::StatusOr<Config> LoadConfigFile(const std::string& path);
 // Same, from text; `source_name` stands in for the file name in errors, becomes `source_path`,
 // and its directory (if it has one) anchors a relative auth.file or auth.hba_file.
+// Text that reads as an ini file (its first line opens a section) goes to LoadPgBouncerIni.
 absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string& source_name);
+
+// A PgBouncer configuration (pgbouncer.ini, with its %include files) with PgBouncer's meaning:
+// its defaults where they differ from pgfleet's, its [databases] and [users] connection strings,
+// and a [pgfleet] section for pgfleet's own settings (`workers = 4`, `peering.listen = ...`,
+// dotted YAML paths). A key pgfleet does not implement is an error naming the key and the file
+// unless it holds the value under which PgBouncer does nothing different (pgbouncer_ini.cc lists
+// them). docs/pgbouncer-migration.md has the table.
+absl::StatusOr<Config> LoadPgBouncerIni(const std::string& text, const std::string& source_name);
+
+// The configuration in `path` (YAML or pgbouncer.ini) as the YAML pgfleet reads it, after it
+// validated: what `pgfleet --print-config` shows. Keys it does not list take pgfleet's defaults.
+absl::StatusOr<std::string> ConfigFileAsYaml(const std::string& path);
 
 // The semantic checks LoadConfig* run (ranges, required combinations such as md5 needing
 // auth.file or auth.query), for a Config built or edited in code. Errors name `source_path`

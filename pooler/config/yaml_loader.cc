@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "pooler/config/config.h"
+#include "pooler/config/ini_file.h"
 #include "pooler/config/validate.h"
 #include "pooler/config/yaml_section.h"
 #include "yaml-cpp/yaml.h"
@@ -278,15 +279,31 @@ bool ReadRoot(Loader& loader, const YAML::Node& root, Config& config) {
 }  // namespace
 
 absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string& source_name) {
+  if (internal::LooksLikeIni(text)) return LoadPgBouncerIni(text, source_name);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return internal::IssuesToStatus(
+        source_name, {Issue{"", absl::StrCat("invalid YAML: ", e.msg), LineOf(e.mark),
+                            e.mark.is_null() ? 0 : e.mark.column + 1}});
+  }
+  return yaml_reading::LoadConfigNode(root, source_name, nullptr);
+}
+
+namespace yaml_reading {
+
+absl::StatusOr<Config> LoadConfigNode(const YAML::Node& root, const std::string& source_name,
+                                      const KeyOrigins* origins) {
   Config config;
   config.source_path = source_name;
   Loader loader;
   bool is_mapping = false;
   try {
-    is_mapping = ReadRoot(loader, YAML::Load(text), config);
+    is_mapping = ReadRoot(loader, root, config);
   } catch (const YAML::Exception& e) {
-    // Syntax errors, and anything yaml-cpp throws while we walk the tree: the file is unusable,
-    // so drop whatever was read and report only this.
+    // Anything yaml-cpp throws while we walk the tree: the file is unusable, so drop whatever
+    // was read and report only this.
     loader.issues.clear();
     loader.issues.push_back(Issue{"", absl::StrCat("invalid YAML: ", e.msg), LineOf(e.mark),
                                   e.mark.is_null() ? 0 : e.mark.column + 1});
@@ -306,6 +323,18 @@ absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string
   std::stable_sort(loader.issues.begin(), loader.issues.end(), [](const Issue& a, const Issue& b) {
     return (a.line == 0 ? INT_MAX : a.line) < (b.line == 0 ? INT_MAX : b.line);
   });
+  if (!loader.issues.empty() && origins != nullptr) {
+    // Each problem in the words of the file it came from.
+    for (Issue& issue : loader.issues) {
+      if (auto it = origins->find(issue.key); it != origins->end()) {
+        issue.key = absl::StrCat(it->second.file, ": ", it->second.key);
+        issue.line = it->second.line;
+      } else {
+        issue.key = issue.key.empty() ? source_name : absl::StrCat(source_name, ": ", issue.key);
+      }
+    }
+    return internal::IssuesToStatus("", loader.issues);
+  }
   if (!loader.issues.empty()) return internal::IssuesToStatus(source_name, loader.issues);
 
   // userlist.txt usually sits next to the config; a path relative to the process's working
@@ -319,6 +348,8 @@ absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string
   }
   return config;
 }
+
+}  // namespace yaml_reading
 
 absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");

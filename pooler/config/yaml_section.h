@@ -338,4 +338,18 @@ class Section {
   std::vector<absl::string_view> known_;
 };
 
+// Where a key of a YAML tree built from another format (pgbouncer.ini) was written, so that a
+// problem names what the user wrote: the file, its key and line.
+struct KeyOrigin {
+  std::string file;
+  std::string key;
+  int line = 0;
+};
+using KeyOrigins = std::map<std::string, KeyOrigin>;  // by the YAML key path
+
+// Reads a parsed config tree: LoadConfigText after the parse. With `origins`, each problem names
+// the origin of its key instead of `source_name` and the YAML path.
+absl::StatusOr<Config> LoadConfigNode(const YAML::Node& root, const std::string& source_name,
+                                      const KeyOrigins* origins);
+
 }  // namespace pgfleet::config::yaml_reading

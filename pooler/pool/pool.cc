@@ -165,7 +165,10 @@ void Pool::Link(ClientConn* client, ServerConn* server) {
 
 ServerConn* Pool::TakeIdleServer(int64_t now) {
   while (ServerConn* server = servers_[ServerState::kIdle].front()) {
-    if (server_lifetime_us_ > 0 && now - server->created_at_us() > server_lifetime_us_) {
+    // A server retires once it served past its lifetime: one that never served a client is kept
+    // (a lifetime shorter than a login, PgBouncer's server_lifetime = 0, means "use once").
+    if (server_lifetime_us_ > 0 && server->linked_at_us() != 0 &&
+        now - server->created_at_us() > server_lifetime_us_) {
       server->Close("server lifetime over");
       continue;
     }
@@ -606,7 +609,8 @@ void Pool::Maintain(absl::Time now) {
   const int min_size = context_.config().EffectiveMinPoolSize(db_);
   for (auto* s = servers_[ServerState::kIdle].back(); s != nullptr;
        s = static_cast<ServerConn*>(s->prev)) {
-    if (pc.server_lifetime > absl::ZeroDuration() && now - s->created_at() > pc.server_lifetime) {
+    if (pc.server_lifetime > absl::ZeroDuration() && s->linked_at_us() != 0 &&
+        now - s->created_at() > pc.server_lifetime) {
       to_close.emplace_back(s, "server lifetime over");
     } else if (pc.server_idle_timeout > absl::ZeroDuration() && count > min_size &&
                now - s->last_used_at() > pc.server_idle_timeout) {

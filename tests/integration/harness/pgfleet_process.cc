@@ -34,7 +34,7 @@ PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string
   port_ = FreePort();
   metrics_port_ = FreePort();
   if (!userlist.empty()) std::ofstream(dir_ + "/userlist.txt") << userlist;
-  config_path_ = dir_ + "/pgfleet.yaml";
+  config_path_ = dir_ + (IsIni(config_body) ? "/pgbouncer.ini" : "/pgfleet.yaml");
   std::ofstream(config_path_) << WriteConfig(config_body);
   const std::string log_path = output.empty() ? dir_ + "/pgfleet.log" : output;
   pid_ = fork();
@@ -67,7 +67,21 @@ PgfleetProcess::~PgfleetProcess() {
   RunCommand(absl::StrCat("rm -rf ", dir_));
 }
 
+bool PgfleetProcess::IsIni(const std::string& config_body) {
+  const size_t first = config_body.find_first_not_of(" \t\n");
+  return first != std::string::npos && (config_body[first] == '[' || config_body[first] == ';');
+}
+
 std::string PgfleetProcess::WriteConfig(const std::string& config_body) const {
+  if (IsIni(config_body)) {
+    // A pgbouncer.ini: the address, port and /metrics as for YAML, an auth_file in this
+    // directory when a userlist was given, and no unix socket in /tmp.
+    const bool userlist = std::ifstream(dir_ + "/userlist.txt").good();
+    return absl::StrCat(config_body, "\n[pgbouncer]\nlisten_addr = ", address_,
+                        "\nlisten_port = ", port_, "\nunix_socket_dir =\n",
+                        userlist ? absl::StrCat("auth_file = ", dir_, "/userlist.txt\n") : "",
+                        "[pgfleet]\nmetrics.listen = 127.0.0.1:", metrics_port_, "\n");
+  }
   // /metrics on a free port too (the default, 9127, would collide between concurrent runs),
   // unless the test configures metrics itself.
   std::string metrics;

@@ -10,7 +10,8 @@ namespace pgfleet::testing {
 
 class PgfleetProcess {
  public:
-  // `config_body` is YAML without the `listen:` section (added with a free port).
+  // `config_body` is YAML without the `listen:` section (added with a free port), or a
+  // pgbouncer.ini without listen_addr, listen_port and auth_file (added likewise).
   // `userlist` is the auth file's content (empty = none written).
   // `listen_extra` adds keys to the listen section (e.g. "  unix_socket_dir: /tmp/x\n").
   // `address` is where it listens for clients (another loopback address, such as 127.0.0.2,
@@ -44,6 +45,8 @@ class PgfleetProcess {
 
  private:
   std::string WriteConfig(const std::string& config_body) const;
+  // A config body that starts with a section ("[databases]") is a pgbouncer.ini.
+  static bool IsIni(const std::string& config_body);
 
   std::string listen_extra_;
   std::string address_;

@@ -1,0 +1,117 @@
+// An existing pgbouncer.ini runs as PgBouncer would run it (issue 35, item 1): its defaults
+// (session pooling, md5, max_client_conn 100), its [databases] and [users] connection strings,
+// and keys whose meaning differs from pgfleet's YAML (server_lifetime = 0 uses a server once).
+#include <string>
+
+#include "gmock/gmock.h"
+#include "tests/integration/harness/fixtures.h"
+
+namespace pgfleet::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class PgBouncerIniTest : public IntegrationTest {
+ protected:
+  std::string Userlist() {
+    const std::string md5 =
+        pg().QueryValue("SELECT rolpassword FROM pg_authid WHERE rolname='md5user'");
+    return absl::StrCat("\"md5user\" \"", md5, "\"\n\"postgres\" \"pgpass\"\n");
+  }
+  std::string Ini(const std::string& extra = "") {
+    return absl::StrCat(
+        "; as a PgBouncer user has it\n[databases]\nappdb = host=127.0.0.1 port=", pg().port(),
+        " dbname=postgres\n\n[users]\nmd5user = pool_mode=transaction\n\n"
+        "[pgbouncer]\nadmin_users = postgres\ndefault_pool_size = 2\nquery_wait_timeout = 10\n",
+        extra, "\n[pgfleet]\nworkers = 1\n");
+  }
+  // The row of SHOW POOLS for `user`, as "column=value" pairs joined by spaces.
+  static std::string PoolRow(const ConnPtr& console, const std::string& user) {
+    auto result = Exec(console, "SHOW POOLS");
+    std::string row;
+    for (int r = 0; r < PQntuples(result.get()); ++r) {
+      if (std::string(PQgetvalue(result.get(), r, PQfnumber(result.get(), "user"))) != user) {
+        continue;
+      }
+      for (int c = 0; c < PQnfields(result.get()); ++c) {
+        absl::StrAppend(&row, PQfname(result.get(), c), "=", PQgetvalue(result.get(), r, c), " ");
+      }
+    }
+    return row;
+  }
+};
+
+TEST_F(PgBouncerIniTest, AnExistingPgbouncerIniServesWithPgBouncersMeaning) {
+  PgfleetProcess fleet(Ini(), Userlist());
+  // auth_type is md5 unless the file says otherwise, against the userlist.
+  auto app = Connect(fleet.ConnString("md5user", "appdb", "password=md5pass"));
+  ASSERT_TRUE(Ok(app)) << ErrorOf(app) << fleet.Log();
+  EXPECT_EQ(Value(app, "SELECT current_user"), "md5user");
+  auto wrong = Connect(fleet.ConnString("md5user", "appdb", "password=nope"));
+  EXPECT_FALSE(Ok(wrong));
+  EXPECT_THAT(ErrorOf(wrong), HasSubstr("password authentication failed"));
+  auto session = Connect(fleet.ConnString("postgres", "appdb", "password=pgpass"));
+  ASSERT_TRUE(Ok(session)) << ErrorOf(session);
+  EXPECT_EQ(Value(session, "SELECT 1"), "1");
+
+  // The console as `pgbouncer`: session pooling (PgBouncer's default) for postgres, the [users]
+  // entry's transaction pooling for md5user, and max_client_conn at PgBouncer's 100.
+  auto console = Connect(fleet.ConnString("postgres", "pgbouncer", "password=pgpass"));
+  ASSERT_TRUE(Ok(console)) << ErrorOf(console);
+  EXPECT_THAT(PoolRow(console, "postgres"), HasSubstr("pool_mode=session"));
+  EXPECT_THAT(PoolRow(console, "md5user"), HasSubstr("pool_mode=transaction"));
+  auto config = Exec(console, "SHOW CONFIG");
+  bool found = false;
+  for (int r = 0; r < PQntuples(config.get()); ++r) {
+    if (std::string(PQgetvalue(config.get(), r, 0)) == "max_client_conn") {
+      EXPECT_STREQ(PQgetvalue(config.get(), r, 1), "100");
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+
+  // --print-config shows the YAML it runs.
+  const std::string printed = RunCommandOutput(
+      absl::StrCat(PgfleetBinary(), " --config ", fleet.config_path(), " --print-config"));
+  EXPECT_THAT(printed, HasSubstr("pool_mode: session"));
+  EXPECT_THAT(printed, HasSubstr("appdb:"));
+}
+
+// server_lifetime = 0 is PgBouncer's "use each server once": the next client gets a new backend
+// (pgfleet's YAML 0 would keep the first).
+TEST_F(PgBouncerIniTest, ServerLifetimeZeroUsesEachServerOnce) {
+  PgfleetProcess fleet(Ini("server_lifetime = 0\n"), Userlist());
+  std::string previous;
+  for (int i = 0; i < 3; ++i) {
+    auto c = Connect(fleet.ConnString("postgres", "appdb", "password=pgpass"));
+    ASSERT_TRUE(Ok(c)) << ErrorOf(c) << fleet.Log();
+    const std::string pid = Value(c, "SELECT pg_backend_pid()");
+    EXPECT_NE(pid, previous) << "client " << i;
+    previous = pid;
+  }
+}
+
+// The YAML key's 0 keeps the server: the test above would pass for any other reason.
+TEST_F(PgBouncerIniTest, WithoutServerLifetimeTheServerIsReused) {
+  PgfleetProcess fleet(Ini(), Userlist());
+  std::string first;
+  for (int i = 0; i < 3; ++i) {
+    auto c = Connect(fleet.ConnString("postgres", "appdb", "password=pgpass"));
+    ASSERT_TRUE(Ok(c)) << ErrorOf(c) << fleet.Log();
+    const std::string pid = Value(c, "SELECT pg_backend_pid()");
+    if (i == 0) first = pid;
+    EXPECT_EQ(pid, first) << "client " << i;
+  }
+}
+
+// A key pgfleet does not implement stops the start with the key and file named.
+TEST_F(PgBouncerIniTest, AnUnimplementedKeyIsRefusedNamingKeyAndFile) {
+  PgfleetProcess fleet(Ini("server_round_robin = 1\n"), Userlist());
+  EXPECT_TRUE(WaitFor([&] { return !fleet.Running(); }, std::chrono::seconds(10),
+                      std::chrono::milliseconds(50)));
+  EXPECT_THAT(fleet.Log(), HasSubstr("pgbouncer.ini: server_round_robin: not supported by pgfleet "
+                                     "with \\\"1\\\""));
+}
+
+}  // namespace
+}  // namespace pgfleet::testing
