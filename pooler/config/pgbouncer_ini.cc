@@ -280,12 +280,27 @@ class Translator {
  public:
   explicit Translator(std::string source) : source_(std::move(source)) {}
 
-  void Read(const std::vector<IniEntry>& entries) {
-    // [pgbouncer] first: a database without a host uses its unix_socket_dir.
-    for (const IniEntry& e : entries) {
-      if (absl::AsciiStrToLower(e.section) == "pgbouncer") ReadSetting(e);
+  void Read(const std::vector<IniEntry>& all) {
+    // A key set again wins, as in PgBouncer (an %include, or a file laid over another), and a
+    // database or user defined again is replaced whole.
+    std::map<std::pair<std::string, std::string>, const IniEntry*> last;
+    for (const IniEntry& e : all) {
+      const std::string section = absl::AsciiStrToLower(e.section);
+      last[{section, section == "pgbouncer" ? absl::AsciiStrToLower(e.key) : e.key}] = &e;
     }
-    for (const IniEntry& e : entries) {
+    std::vector<const IniEntry*> entries;
+    for (const IniEntry& e : all) {
+      const std::string section = absl::AsciiStrToLower(e.section);
+      if (last[{section, section == "pgbouncer" ? absl::AsciiStrToLower(e.key) : e.key}] == &e) {
+        entries.push_back(&e);
+      }
+    }
+    // [pgbouncer] first: a database without a host uses its unix_socket_dir.
+    for (const IniEntry* e : entries) {
+      if (absl::AsciiStrToLower(e->section) == "pgbouncer") ReadSetting(*e);
+    }
+    for (const IniEntry* entry : entries) {
+      const IniEntry& e = *entry;
       const std::string section = absl::AsciiStrToLower(e.section);
       if (section == "pgbouncer") continue;
       if (section == "databases") {
@@ -520,44 +535,32 @@ class Translator {
   std::optional<IniEntry> hba_entry_;  // auth_type = hba
 };
 
-absl::StatusOr<Config> Translate(const std::vector<IniEntry>& entries,
-                                 const std::string& source_name, std::string* yaml) {
+absl::StatusOr<yaml_reading::TranslatedIni> TranslateEntries(const std::vector<IniEntry>& entries,
+                                                             const std::string& source_name) {
   Translator translator(source_name);
   translator.Read(entries);
   if (!translator.issues().empty()) return internal::IssuesToStatus("", translator.issues());
-  if (yaml != nullptr) {
-    YAML::Emitter out;
-    out << translator.root();
-    *yaml = absl::StrCat(out.c_str(), "\n");
-  }
-  return yaml_reading::LoadConfigNode(translator.root(), source_name, &translator.origins());
+  return yaml_reading::TranslatedIni{translator.root(), translator.origins()};
 }
 
 }  // namespace
 
+namespace yaml_reading {
+
+absl::StatusOr<TranslatedIni> ReadPgBouncerIniFile(const std::string& path) {
+  auto entries = internal::ReadIniFile(path);
+  if (!entries.ok()) return entries.status();
+  return TranslateEntries(*entries, path);
+}
+
+}  // namespace yaml_reading
+
 absl::StatusOr<Config> LoadPgBouncerIni(const std::string& text, const std::string& source_name) {
   auto entries = internal::ReadIniText(text, source_name);
   if (!entries.ok()) return entries.status();
-  return Translate(*entries, source_name, nullptr);
-}
-
-absl::StatusOr<std::string> ConfigFileAsYaml(const std::string& path) {
-  auto config = LoadConfigFile(path);
-  if (!config.ok()) return config.status();
-  auto text = internal::ReadWholeFile(path);
-  if (!text.ok()) return text.status();
-  if (!internal::LooksLikeIni(*text)) {
-    // A YAML file as yaml-cpp reads it: comments and layout go, the keys stay.
-    YAML::Emitter out;
-    out << YAML::Load(*text);
-    return absl::StrCat(out.c_str(), "\n");
-  }
-  auto entries = internal::ReadIniText(*text, path);
-  if (!entries.ok()) return entries.status();
-  std::string yaml;
-  auto translated = Translate(*entries, path, &yaml);
-  if (!translated.ok()) return translated.status();
-  return yaml;
+  auto ini = TranslateEntries(*entries, source_name);
+  if (!ini.ok()) return ini.status();
+  return yaml_reading::LoadConfigNode(ini->root, source_name, &ini->origins);
 }
 
 }  // namespace pgfleet::config

@@ -278,6 +278,65 @@ bool ReadRoot(Loader& loader, const YAML::Node& root, Config& config) {
 
 }  // namespace
 
+namespace {
+
+// Lays `overlay`'s keys over `base`, mappings key by key. Every key the overlay set has its
+// origin in the YAML file `source` (the merged tree's keys have no lines of their own).
+void Overlay(YAML::Node base, const YAML::Node& overlay, const std::string& path,
+             const std::string& source, yaml_reading::KeyOrigins& origins) {
+  for (auto it = overlay.begin(); it != overlay.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    const std::string child = JoinPath(path, key);
+    const yaml_reading::KeyOrigin origin{source, child, LineOf(it->first.Mark())};
+    YAML::Node below = base[key];
+    if (below.IsMap() && it->second.IsMap()) {
+      origins[child] = origin;
+      Overlay(below, it->second, child, source, origins);
+      continue;
+    }
+    base[key] = it->second;
+    for (auto o = origins.lower_bound(child);
+         o != origins.end() && (o->first == child || o->first.rfind(child + ".", 0) == 0);) {
+      o = origins.erase(o);
+    }
+    origins[child] = origin;
+  }
+}
+
+// A YAML file with `pgbouncer_ini: FILE`: the ini (its path relative to the YAML file) is the
+// base, with PgBouncer's meaning, and the YAML's other keys are laid over it.
+absl::StatusOr<yaml_reading::TranslatedIni> MergeOverIni(YAML::Node root,
+                                                         const std::string& source_name) {
+  const YAML::Node ini_key = root["pgbouncer_ini"];
+  if (!ini_key.IsScalar() || ini_key.Scalar().empty()) {
+    return internal::IssuesToStatus(source_name,
+                                    {Issue{"pgbouncer_ini", "expected the path of a pgbouncer.ini",
+                                           LineOf(ini_key.Mark()), 0}});
+  }
+  std::filesystem::path path = ini_key.Scalar();
+  const std::filesystem::path dir = std::filesystem::path(source_name).parent_path();
+  if (path.is_relative() && !dir.empty()) path = dir / path;
+  auto ini = yaml_reading::ReadPgBouncerIniFile(path.string());
+  if (!ini.ok()) return ini.status();
+  root.remove("pgbouncer_ini");  // the overlay's nodes keep their lines for its problems
+  Overlay(ini->root, root, "", source_name, ini->origins);
+  return ini;
+}
+
+absl::StatusOr<Config> LoadOverIni(YAML::Node root, const std::string& source_name) {
+  auto merged = MergeOverIni(root, source_name);
+  if (!merged.ok()) return merged.status();
+  return yaml_reading::LoadConfigNode(merged->root, source_name, &merged->origins);
+}
+
+std::string Emit(const YAML::Node& root) {
+  YAML::Emitter out;
+  out << root;
+  return absl::StrCat(out.c_str(), "\n");
+}
+
+}  // namespace
+
 absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string& source_name) {
   if (internal::LooksLikeIni(text)) return LoadPgBouncerIni(text, source_name);
   YAML::Node root;
@@ -288,6 +347,7 @@ absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string
         source_name, {Issue{"", absl::StrCat("invalid YAML: ", e.msg), LineOf(e.mark),
                             e.mark.is_null() ? 0 : e.mark.column + 1}});
   }
+  if (root.IsMap() && root["pgbouncer_ini"]) return LoadOverIni(root, source_name);
   return yaml_reading::LoadConfigNode(root, source_name, nullptr);
 }
 
@@ -350,6 +410,24 @@ absl::StatusOr<Config> LoadConfigNode(const YAML::Node& root, const std::string&
 }
 
 }  // namespace yaml_reading
+
+absl::StatusOr<std::string> ConfigFileAsYaml(const std::string& path) {
+  auto config = LoadConfigFile(path);
+  if (!config.ok()) return config.status();
+  // Read again (it loaded, so it reads): the tree as the loader saw it, before typing.
+  auto text = internal::ReadWholeFile(path);
+  if (!text.ok()) return text.status();
+  if (internal::LooksLikeIni(*text)) {
+    auto ini = yaml_reading::ReadPgBouncerIniFile(path);
+    if (!ini.ok()) return ini.status();
+    return Emit(ini->root);
+  }
+  YAML::Node root = YAML::Load(*text);
+  if (!root.IsMap() || !root["pgbouncer_ini"]) return Emit(root);
+  auto merged = MergeOverIni(root, path);
+  if (!merged.ok()) return merged.status();
+  return Emit(merged->root);
+}
 
 absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");

@@ -347,6 +347,14 @@ struct KeyOrigin {
 };
 using KeyOrigins = std::map<std::string, KeyOrigin>;  // by the YAML key path
 
+// A pgbouncer.ini as the YAML tree pgfleet reads, and where each key was written
+// (pgbouncer_ini.cc).
+struct TranslatedIni {
+  YAML::Node root;
+  KeyOrigins origins;
+};
+absl::StatusOr<TranslatedIni> ReadPgBouncerIniFile(const std::string& path);
+
 // Reads a parsed config tree: LoadConfigText after the parse. With `origins`, each problem names
 // the origin of its key instead of `source_name` and the YAML path.
 absl::StatusOr<Config> LoadConfigNode(const YAML::Node& root, const std::string& source_name,

@@ -201,5 +201,56 @@ TEST(PgBouncerIniTest, IncludesReadFromTheWorkingDirectoryAndPrintAsYaml) {
   std::filesystem::remove_all(dir);
 }
 
+// pgfleet's own keys in YAML beside the ini: `pgbouncer_ini:` is the base (PgBouncer's meaning),
+// the YAML's keys win, and a problem names the file and line it came from.
+TEST(PgBouncerIniTest, YamlBesideTheIniLaysItsKeysOverIt) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("pgfleet-ini-overlay-", ::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "userlist.txt") << "\"u\" \"p\"\n";
+  std::ofstream(dir / "pgbouncer.ini")
+      << "[databases]\napp = host=127.0.0.1 pool_size=3\n[pgbouncer]\nauth_file = "
+      << (dir / "userlist.txt").string() << "\ndefault_pool_size = 4\nlisten_port = 6000\n";
+  std::ofstream(dir / "pgfleet.yaml")
+      << "pgbouncer_ini: pgbouncer.ini\nworkers: 2\nlisten:\n  port: 7000\n"
+         "metrics:\n  listen: 127.0.0.1:9300\n";
+  auto config = LoadConfigFile((dir / "pgfleet.yaml").string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen.port, 7000);                   // the YAML's
+  EXPECT_EQ(config->pool.default_pool_size, 4);           // the ini's
+  EXPECT_EQ(config->pool.pool_mode, PoolMode::kSession);  // PgBouncer's default
+  EXPECT_EQ(config->databases.at("app").overrides.pool_size, 3);
+  EXPECT_EQ(config->workers, "2");
+  auto yaml = ConfigFileAsYaml((dir / "pgfleet.yaml").string());
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_THAT(*yaml, HasSubstr("port: 7000"));
+  EXPECT_THAT(*yaml, HasSubstr("default_pool_size: 4"));
+
+  std::ofstream(dir / "bad.yaml") << "pgbouncer_ini: pgbouncer.ini\npool:\n  max_client_conn: x\n";
+  auto bad = LoadConfigFile((dir / "bad.yaml").string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("bad.yaml: pool.max_client_conn: expected a non-negative integer, got "
+                        "\"x\" (line 3)"));
+  std::ofstream(dir / "missing.yaml") << "pgbouncer_ini: nowhere.ini\n";
+  auto missing = LoadConfigFile((dir / "missing.yaml").string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("nowhere.ini"));
+  std::filesystem::remove_all(dir);
+}
+
+// A key set twice, or a database defined twice: the last wins, as in PgBouncer.
+TEST(PgBouncerIniTest, TheLastDefinitionWins) {
+  auto config = LoadConfigText(
+      "[databases]\napp = host=a pool_size=3\napp = host=b\n[pgbouncer]\nauth_type = trust\n"
+      "logfile = /var/log/pgbouncer.log\nlogfile =\ndefault_pool_size = 4\n"
+      "default_pool_size = 5\n",
+      kIni);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config->databases.at("app").hosts, ElementsAre("b"));
+  EXPECT_FALSE(config->databases.at("app").overrides.pool_size.has_value());
+  EXPECT_EQ(config->pool.default_pool_size, 5);
+}
+
 }  // namespace pgbouncer_ini_test
 }  // namespace pgfleet::config
