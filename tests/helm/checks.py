@@ -3,7 +3,8 @@
 
 Subcommands (each exits non-zero with one line per problem):
   extract-config RENDERED OUTDIR   write each pgfleet.yaml found in a ConfigMap of RENDERED to
-                                   OUTDIR/<configmap>/pgfleet.yaml, with the files it names under
+                                   OUTDIR/<configmap>/pgfleet.yaml (and its pgbouncer.ini, when
+                                   the ConfigMap has one), with the files it names under
                                    /etc/pgfleet (userlist, peering token) materialised beside it
                                    and the paths rewritten, so `pgfleet --check-config` can read
                                    them; prints the config paths.
@@ -192,6 +193,12 @@ def cmd_extract_config(rendered, outdir):
         with open(os.path.join(target, "peering-token"), "w", encoding="utf-8") as f:
             f.write(token)
         text = text.replace("/etc/pgfleet/", target + "/")
+        if "pgbouncer.ini" in d["data"]:
+            # pgbouncerIni.content: the ini that pgfleet.yaml names (pgbouncer_ini), beside it.
+            with open(os.path.join(target, "pgbouncer.ini"), "w", encoding="utf-8") as f:
+                f.write(d["data"]["pgbouncer.ini"])
+        elif cfg and isinstance(cfg, dict) and "pgbouncer_ini" in cfg:
+            fail(f"{name}: pgfleet.yaml names pgbouncer_ini but the ConfigMap has no pgbouncer.ini")
         path = os.path.join(target, "pgfleet.yaml")
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)

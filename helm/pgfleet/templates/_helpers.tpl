@@ -139,11 +139,19 @@ mode, metrics on all interfaces, auth file, peering, controller), then extraConf
 {{- define "pgfleet.configData" -}}
 {{- $v := .Values }}
 {{- $c := deepCopy $v.config }}
+{{- if include "pgfleet.iniEnabled" . }}
+{{- /* The ini holds the pool's settings; only what depends on the pod is laid over it. */}}
+{{- $c = dict "pgbouncer_ini" "pgbouncer.ini" "workers" $v.config.workers "listen" (deepCopy $v.config.listen) "auth" dict }}
+{{- $_ := unset $c.listen "backlog" }}
+{{- if not $c.listen.unix_socket_dir }}
+{{- $_ := set $c.listen "unix_socket_dir" "" }}
+{{- end }}
+{{- end }}
 {{- $listen := $c.listen }}
 {{- if not $listen.address }}
 {{- $_ := set $listen "address" (ternary "127.0.0.1" "0.0.0.0" (eq $v.mode "sidecar")) }}
 {{- end }}
-{{- if not $listen.unix_socket_dir }}
+{{- if and (not $listen.unix_socket_dir) (not (include "pgfleet.iniEnabled" .)) }}
 {{- $_ := unset $listen "unix_socket_dir" }}
 {{- end }}
 {{- $auth := $c.auth }}
@@ -182,9 +190,15 @@ mode, metrics on all interfaces, auth file, peering, controller), then extraConf
 {{- toYaml $c }}
 {{- end }}
 
-{{/* Checksums that roll the pods when pgfleet.yaml or the chart's Secret change. */}}
+{{/* "true" when the pooler runs from a pgbouncer.ini (pgbouncerIni), else empty. */}}
+{{- define "pgfleet.iniEnabled" -}}
+{{- if or .Values.pgbouncerIni.content .Values.pgbouncerIni.existingConfigMap }}true{{ end }}
+{{- end }}
+
+{{/* Checksums that roll the pods when pgfleet.yaml, the chart's pgbouncer.ini or the chart's
+Secret change. */}}
 {{- define "pgfleet.checksumAnnotations" -}}
-checksum/config: {{ include "pgfleet.configData" . | sha256sum }}
+checksum/config: {{ printf "%s\n%s" (include "pgfleet.configData" .) .Values.pgbouncerIni.content | sha256sum }}
 {{- if not .Values.secret.existingSecret }}
 checksum/secret: {{ printf "%s\n%s" (include "pgfleet.userlist" .) (include "pgfleet.peeringToken" .) | sha256sum }}
 {{- end }}
@@ -327,6 +341,17 @@ app pod's fsGroup is unknown; the standalone pod's are 0440 to the pod's fsGroup
           items:
             - key: pgfleet.yaml
               path: pgfleet.yaml
+            {{- if $v.pgbouncerIni.content }}
+            - key: pgbouncer.ini
+              path: pgbouncer.ini
+            {{- end }}
+      {{- if and $v.pgbouncerIni.existingConfigMap (not $v.pgbouncerIni.content) }}
+      - configMap:
+          name: {{ $v.pgbouncerIni.existingConfigMap }}
+          items:
+            - key: {{ $v.pgbouncerIni.key }}
+              path: pgbouncer.ini
+      {{- end }}
       - secret:
           name: {{ include "pgfleet.secretName" $ }}
           items:
