@@ -27,6 +27,8 @@ class AdminActions {
   // once no server of the paused pools is linked to a client, WAIT_CLOSE once no server waits
   // to be closed.
   void Apply(const peering::v1::AdminCommandRequest& request, Done done);
+  // How this worker stops taking new clients (SHUTDOWN WAIT_FOR_CLIENTS).
+  void set_stop_accepting(std::function<void()> stop) { stop_accepting_ = std::move(stop); }
 
  private:
   struct Wait {
@@ -41,6 +43,7 @@ class AdminActions {
 
   pool::PoolRegistry& registry_;
   std::function<absl::Status()> reload_;
+  std::function<void()> stop_accepting_;
   std::vector<Wait> waits_;
   net::EventLoop::TimerId timer_ = 0;
 };

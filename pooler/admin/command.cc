@@ -5,6 +5,7 @@
 #include <cctype>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "pooler/base/strings.h"
 
 namespace pgfleet::admin {
@@ -97,18 +98,37 @@ absl::StatusOr<Command> ParseCommand(std::string_view sql) {
   if (verb == "resume") return optional_db(Verb::kResume);
   if (verb == "reconnect") return optional_db(Verb::kReconnect);
   if (verb == "wait_close") return optional_db(Verb::kWaitClose);
-  if (verb == "kill") {
-    if (args != 1) return Invalid(text);
-    command.verb = Verb::kKill;
+  if (verb == "kill") return optional_db(Verb::kKill);
+  if ((verb == "disable" || verb == "enable") && args == 1) {
+    command.verb = verb == "disable" ? Verb::kDisable : Verb::kEnable;
     command.database = tokens[1];
+    return command;
+  }
+  if (verb == "kill_client" && args == 1) {
+    if (!absl::SimpleAtoi(base::Av(tokens[1]), &command.client_id)) return Invalid(text);
+    command.verb = Verb::kKillClient;
+    return command;
+  }
+  if (verb == "suspend" && args == 0) {
+    command.verb = Verb::kSuspend;
     return command;
   }
   if (verb == "reload" && args == 0) {
     command.verb = Verb::kReload;
     return command;
   }
-  if (verb == "shutdown" && args == 0) {
+  if (verb == "shutdown" && args <= 1) {
     command.verb = Verb::kShutdown;
+    if (args == 1) {
+      const std::string mode = Lower(tokens[1]);
+      if (mode == "wait_for_servers") {
+        command.shutdown = ShutdownMode::kWaitForServers;
+      } else if (mode == "wait_for_clients") {
+        command.shutdown = ShutdownMode::kWaitForClients;
+      } else {
+        return Invalid(text);
+      }
+    }
     return command;
   }
   return Invalid(text);
@@ -136,6 +156,14 @@ std::string_view CommandTag(Verb verb) {
       return "SHUTDOWN";
     case Verb::kWaitClose:
       return "WAIT_CLOSE";
+    case Verb::kKillClient:
+      return "KILL_CLIENT";
+    case Verb::kDisable:
+      return "DISABLE";
+    case Verb::kEnable:
+      return "ENABLE";
+    case Verb::kSuspend:
+      return "SUSPEND";
   }
   return "";
 }

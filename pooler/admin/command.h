@@ -1,7 +1,9 @@
 // Parsing of admin console commands (PgBouncer's grammar): SHOW <what>, PAUSE [db], RESUME [db],
-// RECONNECT [db], KILL db, RELOAD, SHUTDOWN, WAIT_CLOSE [db]. Pure, for unit tests.
+// RECONNECT [db], KILL [db], KILL_CLIENT id, DISABLE db, ENABLE db, SUSPEND, RELOAD,
+// SHUTDOWN [WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS], WAIT_CLOSE [db]. Pure, for unit tests.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -19,19 +21,28 @@ enum class Verb {
   kReload,
   kShutdown,
   kWaitClose,
+  kKillClient,
+  kDisable,
+  kEnable,
+  kSuspend,
 };
+
+// SHUTDOWN's mode.
+enum class ShutdownMode { kNow, kWaitForServers, kWaitForClients };
 
 struct Command {
   Verb verb = Verb::kEmpty;
-  std::string what;      // SHOW's subject, lower case ("pools", "stats_totals", ...)
-  std::string database;  // the optional/required database argument, unquoted; empty = all
+  std::string what;        // SHOW's subject, lower case ("pools", "stats_totals", ...)
+  std::string database;    // the optional/required database argument, unquoted; empty = all
+  uint64_t client_id = 0;  // KILL_CLIENT's
+  ShutdownMode shutdown = ShutdownMode::kNow;
 };
 
 // The SHOW subjects the console answers, in the order SHOW HELP lists them.
 inline constexpr std::string_view kShowSubjects[] = {
     "pools",     "stats", "stats_totals", "stats_averages", "clients", "servers",
     "databases", "users", "config",       "lists",          "mem",     "version",
-    "workers",   "peers", "fleet",        "help",           "state"};
+    "workers",   "peers", "fleet",        "help",           "state",   "totals"};
 
 // Parses one statement. Errors are InvalidArgument with PgBouncer's wording ("invalid command
 // 'FOO', use SHOW HELP;").

@@ -2,6 +2,7 @@
 #include "pooler/admin/actions.h"
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
+#include "pooler/protocol/sqlstate.h"
 
 namespace pgfleet::admin {
 namespace {
@@ -110,11 +111,8 @@ void AdminActions::Apply(const AdminCommandRequest& request, Done done) {
       done(Ok());
       return;
     case AdminCommandRequest::COMMAND_KILL:
-      if (db.empty()) {
-        done(Error("KILL needs a database name"));
-        return;
-      }
-      PGFLEET_LOG(kInfo, "admin_kill", "db=", db);
+      // Without a name: every database (the console's sessions stay).
+      PGFLEET_LOG(kInfo, "admin_kill", "db=", db.empty() ? "*" : db);
       pause.Pause(db);
       ForPools(db, [](pool::Pool& p) {
         p.SetPaused(true);
@@ -132,6 +130,36 @@ void AdminActions::Apply(const AdminCommandRequest& request, Done done) {
       PGFLEET_LOG(kInfo, "schema_changed_by_peer");
       registry_.context().statements().OnRemoteSchemaChange();
       done(Ok());
+      return;
+    case AdminCommandRequest::COMMAND_DISABLE:
+    case AdminCommandRequest::COMMAND_ENABLE: {
+      const bool disable = request.command() == AdminCommandRequest::COMMAND_DISABLE;
+      PGFLEET_LOG(kInfo, disable ? "admin_disable" : "admin_enable", "db=", db);
+      if (disable) {
+        pause.Disable(db);
+      } else {
+        pause.Enable(db);
+      }
+      done(Ok());
+      return;
+    }
+    case AdminCommandRequest::COMMAND_KILL_CLIENT: {
+      // Ids are fleet-wide (SHOW CLIENTS): the peer id in the high half. Only the owner acts.
+      const uint64_t id = request.client_id();
+      if ((id >> 32) == registry_.context().peer_id()) {
+        if (pool::ClientConn* client = registry_.FindClient(id & 0xffffffffu)) {
+          PGFLEET_LOG(kInfo, "admin_kill_client", "client=", client->id());
+          client->Fatal(protocol::sqlstate::kAdminShutdown, "client killed by admin");
+        }
+      }
+      done(Ok());
+      return;
+    }
+    case AdminCommandRequest::COMMAND_WAIT_FOR_CLIENTS:
+      PGFLEET_LOG(kInfo, "admin_wait_for_clients");
+      if (stop_accepting_) stop_accepting_();
+      WaitUntil([this] { return registry_.client_count() == registry_.admin_clients().size(); },
+                [done] { done(Ok()); });
       return;
     case AdminCommandRequest::COMMAND_WAIT_CLOSE:
       WaitUntil(

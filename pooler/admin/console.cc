@@ -19,6 +19,7 @@ constexpr std::string_view kSyntaxError = "42601";
 constexpr std::string_view kInsufficientPrivilege = "42501";
 constexpr std::string_view kInvalidCatalogName = "3D000";
 constexpr std::string_view kConnectionFailure = "08006";
+constexpr std::string_view kFeatureNotSupported = "0A000";
 
 // Gathering stats waits this long for a sibling; PAUSE and WAIT_CLOSE wait as long as it takes
 // (as PgBouncer's do), other commands are quick.
@@ -46,6 +47,12 @@ AdminCommandRequest::Command ToProto(Verb verb) {
       return AdminCommandRequest::COMMAND_RELOAD;
     case Verb::kWaitClose:
       return AdminCommandRequest::COMMAND_WAIT_CLOSE;
+    case Verb::kKillClient:
+      return AdminCommandRequest::COMMAND_KILL_CLIENT;
+    case Verb::kDisable:
+      return AdminCommandRequest::COMMAND_DISABLE;
+    case Verb::kEnable:
+      return AdminCommandRequest::COMMAND_ENABLE;
     default:
       return AdminCommandRequest::COMMAND_UNSPECIFIED;
   }
@@ -154,9 +161,10 @@ void Console::RunShow(uint64_t client_id, const Command& command) {
     } else {
       std::string help =
           "Console usage\n\tSHOW HELP|POOLS|STATS|STATS_TOTALS|STATS_AVERAGES|"
-          "CLIENTS|SERVERS|DATABASES|USERS|CONFIG|LISTS|MEM|VERSION|STATE|WORKERS|PEERS|"
-          "FLEET\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tRECONNECT [<db>]\n\tKILL <db>"
-          "\n\tWAIT_CLOSE [<db>]\n\tRELOAD\n\tSHUTDOWN";
+          "TOTALS|CLIENTS|SERVERS|DATABASES|USERS|CONFIG|LISTS|MEM|VERSION|STATE|WORKERS|"
+          "PEERS|FLEET\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tRECONNECT [<db>]\n\tKILL [<db>]"
+          "\n\tKILL_CLIENT <id>\n\tDISABLE <db>\n\tENABLE <db>\n\tWAIT_CLOSE [<db>]"
+          "\n\tRELOAD\n\tSHUTDOWN [WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS]";
       protocol::BuildNoticeResponse(sink, "NOTICE", "00000", help);
       protocol::BuildCommandComplete(sink, "SHOW");
     }
@@ -187,6 +195,7 @@ void Console::RunShow(uint64_t client_id, const Command& command) {
         if (what == "pools") ShowPools(in, &table);
         if (what == "stats") ShowStats(in, &table);
         if (what == "stats_totals") ShowStatsTotals(in, &table);
+        if (what == "totals") ShowTotals(in, &table);
         if (what == "stats_averages") ShowStatsAverages(in, &table);
         if (what == "clients") ShowClients(in, &table);
         if (what == "servers") ShowServers(in, &table);
@@ -204,6 +213,17 @@ void Console::RunShow(uint64_t client_id, const Command& command) {
 
 void Console::RunAction(uint64_t client_id, const Command& command) {
   const std::string tag(CommandTag(command.verb));
+  if (command.verb == Verb::kSuspend) {
+    Reply(client_id,
+          ErrorBytes(kFeatureNotSupported,
+                     "SUSPEND is not supported: pgfleet restarts its workers one by one instead "
+                     "(SIGRTMIN, or a Kubernetes rolling update), with no online hand-over"));
+    return;
+  }
+  if (command.verb == Verb::kShutdown && command.shutdown != ShutdownMode::kNow) {
+    RunWaitingShutdown(client_id, command.shutdown);
+    return;
+  }
   if (command.verb == Verb::kShutdown) {
     PGFLEET_LOG(kInfo, "admin_shutdown", "client=", client_id);
     protocol::StringSink sink;
@@ -220,26 +240,51 @@ void Console::RunAction(uint64_t client_id, const Command& command) {
   AdminCommandRequest request;
   request.set_command(ToProto(command.verb));
   request.set_database(command.database);
+  request.set_client_id(command.client_id);
   const bool waits = command.verb == Verb::kPause || command.verb == Verb::kWaitClose;
-  fanout_.Broadcast(request, waits ? kWaitingCommandDeadline : kQuickCommandDeadline,
-                    [this, client_id, tag](PodFanout::CommandAnswers answers) {
-                      std::string errors;
-                      for (const auto& a : answers) {
-                        std::string error = a.ok ? a.reply.error() : a.error;
-                        if (a.ok && a.reply.ok()) continue;
-                        base::StrAppend(&errors, errors.empty() ? "" : "; ",
-                                        "worker peer_id=", a.peer_id, ": ", error);
-                      }
-                      protocol::StringSink sink;
-                      if (errors.empty()) {
-                        protocol::BuildCommandComplete(sink, tag);
-                      } else {
-                        protocol::BuildErrorResponse(
-                            sink, "ERROR", kConnectionFailure,
-                            base::StrCat(tag, " failed on some workers: ", errors));
-                      }
-                      Reply(client_id, sink.bytes());
-                    });
+  Broadcast(client_id, tag, request, waits ? kWaitingCommandDeadline : kQuickCommandDeadline,
+            nullptr);
+}
+
+void Console::RunWaitingShutdown(uint64_t client_id, ShutdownMode mode) {
+  // WAIT_FOR_SERVERS: PAUSE everywhere (no new server work, answered once every server is
+  // released), then the pod's shutdown. WAIT_FOR_CLIENTS: every worker stops taking clients and
+  // answers once its last client left, then the pod's shutdown (which then has nothing to wait
+  // for). The console's own session is answered then.
+  const bool servers = mode == ShutdownMode::kWaitForServers;
+  PGFLEET_LOG(kInfo, "admin_shutdown", "client=", client_id,
+              " wait_for=", servers ? "servers" : "clients");
+  AdminCommandRequest request;
+  request.set_command(servers ? AdminCommandRequest::COMMAND_PAUSE
+                              : AdminCommandRequest::COMMAND_WAIT_FOR_CLIENTS);
+  Broadcast(client_id, "SHUTDOWN", request, kWaitingCommandDeadline, [this] {
+    if (options_.shutdown) options_.shutdown();
+  });
+}
+
+void Console::Broadcast(uint64_t client_id, const std::string& tag,
+                        const AdminCommandRequest& request, absl::Duration deadline,
+                        std::function<void()> after) {
+  fanout_.Broadcast(
+      request, deadline, [this, client_id, tag, after](PodFanout::CommandAnswers answers) {
+        std::string errors;
+        for (const auto& a : answers) {
+          std::string error = a.ok ? a.reply.error() : a.error;
+          if (a.ok && a.reply.ok()) continue;
+          base::StrAppend(&errors, errors.empty() ? "" : "; ", "worker peer_id=", a.peer_id, ": ",
+                          error);
+        }
+        protocol::StringSink sink;
+        if (errors.empty()) {
+          protocol::BuildCommandComplete(sink, tag);
+        } else {
+          protocol::BuildErrorResponse(sink, "ERROR", kConnectionFailure,
+                                       base::StrCat(tag, " failed on some workers: ", errors));
+        }
+        Reply(client_id, sink.bytes(),
+              /*close_after=*/after != nullptr && errors.empty());
+        if (after != nullptr && errors.empty()) after();
+      });
 }
 
 }  // namespace pgfleet::admin

@@ -46,6 +46,13 @@ class Console final : public pool::AdminConsoleHandler {
   void Run(uint64_t client_id, const std::string& user, std::string sql);
   void RunShow(uint64_t client_id, const Command& command);
   void RunAction(uint64_t client_id, const Command& command);
+  // SHUTDOWN WAIT_FOR_SERVERS | WAIT_FOR_CLIENTS.
+  void RunWaitingShutdown(uint64_t client_id, ShutdownMode mode);
+  // Sends `request` to every worker of the pod and answers the client with `tag` (or the
+  // workers' errors); `after`, when set, runs once all succeeded (the client is closed first).
+  void Broadcast(uint64_t client_id, const std::string& tag,
+                 const peering::v1::AdminCommandRequest& request, absl::Duration deadline,
+                 std::function<void()> after);
   // Sends `bytes` (the answer, without ReadyForQuery) then ReadyForQuery if the client is still
   // there, and starts its next queued statement. `close_after` closes the client afterwards.
   void Reply(uint64_t client_id, const std::string& bytes, bool close_after = false);

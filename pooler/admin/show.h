@@ -35,6 +35,7 @@ std::string DescribeHost(const peering::v1::HostStatus& host);
 void ShowPools(const ShowInput& in, ResultSet* out);
 void ShowStats(const ShowInput& in, ResultSet* out);  // totals and averages
 void ShowStatsTotals(const ShowInput& in, ResultSet* out);
+void ShowTotals(const ShowInput& in, ResultSet* out);
 void ShowStatsAverages(const ShowInput& in, ResultSet* out);
 void ShowClients(const ShowInput& in, ResultSet* out);
 void ShowServers(const ShowInput& in, ResultSet* out);

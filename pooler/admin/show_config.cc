@@ -105,6 +105,14 @@ void ShowConfig(const config::Config& c, ResultSet* out) {
   row("log_level", c.log.level, d.log.level, true);
 }
 
+namespace {
+
+uint64_t ClientCount(const peering::v1::PoolStats& p) {
+  return p.client_active() + p.client_waiting() + p.client_idle() + p.client_welcome();
+}
+
+}  // namespace
+
 std::map<HostKey, peering::v1::HostStatus> LatestHosts(const ShowInput& in) {
   std::map<HostKey, peering::v1::HostStatus> latest;
   for (const auto& w : in.workers) {
@@ -126,11 +134,14 @@ void ShowDatabases(const ShowInput& in, ResultSet* out) {
   out->AddColumn("force_user").AddColumn("pool_size", Type::kInt);
   out->AddColumn("min_pool_size", Type::kInt).AddColumn("reserve_pool", Type::kInt);
   out->AddColumn("server_lifetime", Type::kInt).AddColumn("pool_mode");
+  out->AddColumn("load_balance_hosts");
   out->AddColumn("max_connections", Type::kInt).AddColumn("current_connections", Type::kInt);
+  out->AddColumn("max_client_connections", Type::kInt);
+  out->AddColumn("current_client_connections", Type::kInt);
   out->AddColumn("paused", Type::kInt).AddColumn("disabled", Type::kInt);
   // pgfleet's own: libpq's multi-host settings, and each host as the workers last saw it
   // ("127.0.0.1:5432 primary, 127.0.0.1:5433 standby down").
-  out->AddColumn("target_session_attrs").AddColumn("load_balance_hosts").AddColumn("hosts");
+  out->AddColumn("target_session_attrs").AddColumn("hosts");
   const config::Config& fleet = *in.fleet;
   const auto hosts = LatestHosts(in);
   // Configured databases, plus those a "*" entry created on demand.
@@ -139,13 +150,17 @@ void ShowDatabases(const ShowInput& in, ResultSet* out) {
     if (name != "*") names.insert(name);
   }
   std::map<std::string, uint64_t> current;
+  std::map<std::string, uint64_t> clients;
   std::map<std::string, bool> paused;
+  std::set<std::string> disabled;
   for (const auto& w : in.workers) {
     for (const auto& b : w.budgets()) current[b.database()] += b.current();
     for (const auto& p : w.pools()) {
       names.insert(p.database());
       paused[p.database()] = paused[p.database()] || p.paused();
+      clients[p.database()] += ClientCount(p);
     }
+    disabled.insert(w.disabled_databases().begin(), w.disabled_databases().end());
   }
   for (const auto& name : names) {
     auto db = fleet.FindDatabase(name);
@@ -162,25 +177,35 @@ void ShowDatabases(const ShowInput& in, ResultSet* out) {
                  std::to_string(fleet.EffectiveMinPoolSize(*db)),
                  std::to_string(fleet.EffectiveReservePoolSize(*db)),
                  std::to_string(absl::ToInt64Seconds(fleet.pool.server_lifetime)),
-                 std::string(config::PoolModeName(mode)), std::to_string(db->max_db_connections),
-                 std::to_string(current[name]), paused[name] ? "1" : "0", "0",
-                 std::string(config::TargetSessionAttrsName(db->target_session_attrs)),
+                 std::string(config::PoolModeName(mode)),
                  std::string(config::LoadBalanceHostsName(db->load_balance_hosts)),
+                 std::to_string(db->max_db_connections), std::to_string(current[name]), "0",
+                 std::to_string(clients[name]), paused[name] ? "1" : "0",
+                 disabled.contains(name) ? "1" : "0",
+                 std::string(config::TargetSessionAttrsName(db->target_session_attrs)),
                  absl::StrJoin(states, ", ")});
   }
 }
 
 void ShowUsers(const ShowInput& in, ResultSet* out) {
-  out->AddColumn("name").AddColumn("pool_mode");
+  // PgBouncer 1.25's columns; pool_size and reserve_pool_size are per user there (NULL: none).
+  out->AddColumn("name")
+      .AddColumn("pool_size", Type::kInt)
+      .AddColumn("reserve_pool_size", Type::kInt);
+  out->AddColumn("pool_mode");
   out->AddColumn("max_user_connections", Type::kInt);
   out->AddColumn("current_connections", Type::kInt);
+  out->AddColumn("max_user_client_connections", Type::kInt);
+  out->AddColumn("current_client_connections", Type::kInt);
   const config::Config& fleet = *in.fleet;
-  std::map<std::string, uint64_t> current;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> current;  // servers, clients
   for (const auto& [name, user] : fleet.users) current[name];
   for (const auto& w : in.workers) {
     for (const auto& p : w.pools()) {
-      current[p.user()] += p.server_active() + p.server_idle() + p.server_used() +
-                           p.server_tested() + p.server_login();
+      auto& [servers, clients] = current[p.user()];
+      servers += p.server_active() + p.server_idle() + p.server_used() + p.server_tested() +
+                 p.server_login();
+      clients += ClientCount(p);
     }
   }
   for (const auto& [name, n] : current) {
@@ -189,8 +214,8 @@ void ShowUsers(const ShowInput& in, ResultSet* out) {
     if (it != fleet.users.end() && it->second.pool_mode.has_value()) {
       mode = std::string(config::PoolModeName(*it->second.pool_mode));
     }
-    out->AddRow(
-        {name, mode, std::to_string(fleet.EffectiveMaxUserConnections(name)), std::to_string(n)});
+    out->AddRow({name, "", "", mode, std::to_string(fleet.EffectiveMaxUserConnections(name)),
+                 std::to_string(n.first), "0", std::to_string(n.second)});
   }
 }
 

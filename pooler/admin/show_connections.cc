@@ -28,27 +28,14 @@ void AddColumns(ResultSet* out) {
 
 std::vector<std::string> Row(const char* type, const peering::v1::WorkerStats& w,
                              const peering::v1::ConnectionInfo& c) {
-  return {type,
-          c.user(),
-          c.database(),
-          "none",
-          c.state(),
-          c.addr(),
-          std::to_string(c.port()),
-          c.local_addr(),
-          std::to_string(c.local_port()),
-          FormatUnixMs(c.connect_time_ms()),
-          FormatUnixMs(c.request_time_ms()),
-          std::to_string(c.wait_us() / 1000000),
-          std::to_string(c.wait_us() % 1000000),
-          c.close_needed() ? "1" : "0",
-          Ptr(w.peer_id(), c.id()),
-          Ptr(w.peer_id(), c.link()),
-          std::to_string(c.remote_pid()),
-          c.tls(),
-          c.application_name(),
-          "0",
-          std::to_string(c.id()),
+  return {type, c.user(), c.database(), "none", c.state(), c.addr(), std::to_string(c.port()),
+          c.local_addr(), std::to_string(c.local_port()), FormatUnixMs(c.connect_time_ms()),
+          FormatUnixMs(c.request_time_ms()), std::to_string(c.wait_us() / 1000000),
+          std::to_string(c.wait_us() % 1000000), c.close_needed() ? "1" : "0",
+          Ptr(w.peer_id(), c.id()), Ptr(w.peer_id(), c.link()), std::to_string(c.remote_pid()),
+          c.tls(), c.application_name(), "0",
+          // Fleet-wide, as KILL_CLIENT takes it: the worker's peer id in the high half.
+          std::to_string((static_cast<uint64_t>(w.peer_id()) << 32) | c.id()),
           std::to_string(w.slot())};
 }
 

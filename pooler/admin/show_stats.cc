@@ -4,6 +4,7 @@
 #include <map>
 
 #include "pooler/admin/show.h"
+#include "pooler/base/strings.h"
 
 namespace pgfleet::admin {
 namespace {
@@ -16,11 +17,12 @@ struct DatabaseStats {
   peering::v1::PeriodStats period;
 };
 
-std::map<std::string, DatabaseStats> ByDatabase(const ShowInput& in) {
+// Per database, or all under "".
+std::map<std::string, DatabaseStats> Summed(const ShowInput& in, bool by_database) {
   std::map<std::string, DatabaseStats> out;
   const auto total = PodTotal(in);
   for (const auto& p : total.pools()) {
-    auto& d = out[p.database()];
+    auto& d = out[by_database ? p.database() : ""];
     d.assignments += p.server_assignments();
     d.transactions += p.transactions();
     d.queries += p.queries();
@@ -42,6 +44,10 @@ std::map<std::string, DatabaseStats> ByDatabase(const ShowInput& in) {
     dp.set_wait_time_us(dp.wait_time_us() + q.wait_time_us());
   }
   return out;
+}
+
+std::map<std::string, DatabaseStats> ByDatabase(const ShowInput& in) {
+  return Summed(in, /*by_database=*/true);
 }
 
 std::string Div(uint64_t a, uint64_t b) { return std::to_string(b == 0 ? 0 : a / b); }
@@ -89,6 +95,20 @@ std::vector<std::string> Averages(const DatabaseStats& d) {
 }
 
 }  // namespace
+
+void ShowTotals(const ShowInput& in, ResultSet* out) {
+  // PgBouncer's SHOW TOTALS: SHOW STATS summed over every database, one (name, value) row each.
+  const DatabaseStats all = Summed(in, /*by_database=*/false)[""];
+  out->AddColumn("name").AddColumn("value", Type::kInt);
+  const std::vector<std::string> totals = Totals(all);
+  const std::vector<std::string> averages = Averages(all);
+  for (size_t i = 0; i < std::size(kNames); ++i) {
+    out->AddRow({base::StrCat("total_", kNames[i]), totals[i]});
+  }
+  for (size_t i = 0; i < std::size(kNames); ++i) {
+    out->AddRow({base::StrCat("avg_", kNames[i]), averages[i]});
+  }
+}
 
 void ShowStatsTotals(const ShowInput& in, ResultSet* out) {
   out->AddColumn("database");

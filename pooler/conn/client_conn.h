@@ -51,6 +51,8 @@ class ClientHost {
   virtual void EndLogin() = 0;
   virtual AdminConsoleHandler* admin_console() const = 0;
   virtual ClientCancels& cancels() = 0;
+  // False for a database the console disabled (DISABLE db): its new clients are refused.
+  virtual bool AcceptsClients(const std::string& database) const = 0;
 };
 
 class ClientConn final : public LinkedClient, public base::ListNode {

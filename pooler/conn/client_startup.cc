@@ -209,6 +209,12 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
     ++context_.counters().login_failures;
     Fatal(protocol::sqlstate::kInvalidCatalogName, base::StrCat("no such database: ", database_));
     return;
+  } else if (!host_.AcceptsClients(database_)) {
+    ++context_.counters().login_failures;
+    Fatal(protocol::sqlstate::kObjectNotInPrerequisiteState,
+          base::StrCat("database \"", database_,
+                       "\" is not accepting connections (DISABLE on the admin console)"));
+    return;
   }
   BeginAuth();
 }

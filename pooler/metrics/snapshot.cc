@@ -207,6 +207,9 @@ void WorkerStatsSource::Fill(const peering::v1::GetWorkerStatsRequest& request,
     e->set_sqlstate_class(pool::WorkerCounters::SqlStateClassName(i));
     e->set_count(counters.errors_by_class[i]);
   }
+  for (const std::string& db : registry_.pause_state().disabled()) {
+    out->add_disabled_databases(db);
+  }
   const auto& prepared = registry_.context().statements().counters();
   out->set_prepared_statements_prepared(prepared.prepared);
   out->set_prepared_statements_hits(prepared.hits);

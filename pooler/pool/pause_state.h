@@ -38,6 +38,13 @@ class PauseState {
     }
     if (record_) record_(database, false);
   }
+  // DISABLE db / ENABLE db: new clients of a disabled database are refused (this worker's
+  // memory: a worker restarted meanwhile accepts them until the next DISABLE).
+  void Disable(const std::string& database) { disabled_.insert(database); }
+  void Enable(const std::string& database) { disabled_.erase(database); }
+  bool IsDisabled(const std::string& database) const { return disabled_.contains(database); }
+  const absl::flat_hash_set<std::string>& disabled() const { return disabled_; }
+
   // True after PAUSE without a database name (until RESUME without one).
   bool all() const { return all_; }
   bool IsPaused(const std::string& database) const { return all_ || databases_.contains(database); }
@@ -45,6 +52,7 @@ class PauseState {
  private:
   bool all_ = false;
   absl::flat_hash_set<std::string> databases_;
+  absl::flat_hash_set<std::string> disabled_;
   std::function<void(const std::string&, bool)> record_;
 };
 

@@ -49,6 +49,7 @@ class PoolRegistry final : public ClientHost,
   ClientBudget& client_budget() { return client_budget_; }
   // Databases paused by the admin console; GetOrCreatePool pauses new pools of those.
   PauseState& pause_state() { return pause_state_; }
+  const PauseState& pause_state() const { return pause_state_; }
 
   // Takes ownership of an accepted socket.
   // `slot_taken`: a sibling that passed the connection already counted it as this worker's
@@ -101,6 +102,9 @@ class PoolRegistry final : public ClientHost,
   void EndLogin() override { --logins_in_progress_; }
   // The admin console (null = the "pgfleet" database is an ordinary name).
   AdminConsoleHandler* admin_console() const override { return admin_console_; }
+  bool AcceptsClients(const std::string& database) const override {
+    return !pause_state_.IsDisabled(database);
+  }
   void set_admin_console(AdminConsoleHandler* console) { admin_console_ = console; }
 
   // Live clients by id, for answers that arrive after the request (may return null).

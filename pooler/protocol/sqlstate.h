@@ -19,6 +19,7 @@ inline constexpr std::string_view kAdminShutdown = "57P01";
 inline constexpr std::string_view kIdleSessionTimeout = "57P05";
 inline constexpr std::string_view kIdleInTransactionTimeout = "25P03";
 inline constexpr std::string_view kFeatureNotSupported = "0A000";
+inline constexpr std::string_view kObjectNotInPrerequisiteState = "55000";
 inline constexpr std::string_view kInvalidSqlStatementName = "26000";
 inline constexpr std::string_view kDuplicatePreparedStatement = "42P05";
 

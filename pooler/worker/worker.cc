@@ -248,6 +248,7 @@ void Worker::Reload() {
 
 void Worker::UpdateTakesClients() {
   registry_->client_budget().SetTakesClients(handoff_ != nullptr && !shutting_down_ &&
+                                             !stopped_accepting_ &&
                                              config_->listen.balance_clients);
 }
 

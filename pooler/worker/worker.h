@@ -100,6 +100,7 @@ class Worker {
   std::unique_ptr<admin::PodFanout> admin_fanout_;
   std::unique_ptr<admin::Console> admin_console_;
   bool shutting_down_ = false;
+  bool stopped_accepting_ = false;  // SHUTDOWN WAIT_FOR_CLIENTS: no new clients, none closed
   absl::Time shutdown_deadline_;
   bool closed_all_ = false;  // shutdown closed every client; waiting for draining servers
 };

@@ -32,6 +32,13 @@ void Worker::StartStats(const config::Config& fleet) {
     Reload();
     return absl::OkStatus();
   });
+  admin_actions_->set_stop_accepting([this] {
+    // As a shutdown does, without closing anyone: this process's copies of the listening
+    // sockets close, and no sibling hands it a client.
+    for (auto& listener : listeners_) listener->Stop(/*close_socket=*/true);
+    stopped_accepting_ = true;
+    UpdateTakesClients();
+  });
 }
 
 absl::Status Worker::StartAdmin() {

@@ -249,7 +249,8 @@ TEST_F(AdminTest, TheConsoleAnswersAsPgbouncerToo) {
   ConnPtr c = Connect(fleet.ConnString("admin", "pgbouncer"));
   ASSERT_TRUE(Ok(c)) << ErrorOf(c);
   EXPECT_EQ(Value(c, "SHOW VERSION").rfind("pgfleet ", 0), 0u);
-  EXPECT_EQ(Rows(c, "SHOW WORKERS").size(), 2u);
+  // Both workers, once the second has started too (the port opens with the first).
+  EXPECT_TRUE(WaitFor([&] { return Rows(c, "SHOW WORKERS").size() == 2u; }));
   ConnPtr refused = Connect(fleet.ConnString("otheruser", "pgbouncer"));
   EXPECT_FALSE(Ok(refused));
   EXPECT_THAT(ErrorOf(refused), HasSubstr("not allowed to connect to the admin console"));
@@ -286,7 +287,7 @@ TEST_F(AdminTest, StatsUserMayOnlyShow) {
 TEST_F(AdminTest, UnknownCommandIsAnErrorAndTheSessionGoesOn) {
   PgfleetProcess fleet(AdminConfig(2, 2));
   ConnPtr admin = Admin(fleet);
-  for (const char* bad : {"SHOW NOPE", "SELECT 1", "PAUSE a b", "KILL"}) {
+  for (const char* bad : {"SHOW NOPE", "SELECT 1", "PAUSE a b", "KILL a b"}) {
     ResultPtr r = Exec(admin, bad);
     EXPECT_EQ(PQresultStatus(r.get()), PGRES_FATAL_ERROR) << bad;
     EXPECT_EQ(SqlState(r), "42601") << bad;

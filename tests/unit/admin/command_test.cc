@@ -26,14 +26,34 @@ TEST(ParseCommandTest, DatabaseArguments) {
   EXPECT_EQ(ParseCommand("SHUTDOWN;")->verb, Verb::kShutdown);
 }
 
+// PgBouncer's other process-controlling commands (issue 35).
+TEST(ParseCommandTest, PgBouncersOtherCommands) {
+  EXPECT_EQ(ParseCommand("KILL")->verb, Verb::kKill);  // every database
+  EXPECT_EQ(ParseCommand("KILL")->database, "");
+  auto kill_client = ParseCommand("kill_client 4294967297;");
+  ASSERT_TRUE(kill_client.ok()) << kill_client.status();
+  EXPECT_EQ(kill_client->verb, Verb::kKillClient);
+  EXPECT_EQ(kill_client->client_id, 4294967297u);
+  EXPECT_EQ(ParseCommand("DISABLE app")->verb, Verb::kDisable);
+  EXPECT_EQ(ParseCommand("enable app")->database, "app");
+  EXPECT_EQ(ParseCommand("SUSPEND")->verb, Verb::kSuspend);
+  EXPECT_EQ(ParseCommand("SHUTDOWN")->shutdown, ShutdownMode::kNow);
+  EXPECT_EQ(ParseCommand("shutdown wait_for_servers")->shutdown, ShutdownMode::kWaitForServers);
+  EXPECT_EQ(ParseCommand("SHUTDOWN WAIT_FOR_CLIENTS;")->shutdown, ShutdownMode::kWaitForClients);
+  EXPECT_EQ(ParseCommand("SHOW TOTALS")->what, "totals");
+  EXPECT_EQ(CommandTag(Verb::kKillClient), "KILL_CLIENT");
+}
+
 TEST(ParseCommandTest, EmptyStatement) {
   EXPECT_EQ(ParseCommand("")->verb, Verb::kEmpty);
   EXPECT_EQ(ParseCommand(" ; ;")->verb, Verb::kEmpty);
 }
 
 TEST(ParseCommandTest, InvalidCommands) {
-  for (const char* bad : {"SHOW", "SHOW NOPE", "SHOW POOLS extra", "SELECT 1", "KILL", "PAUSE a b",
-                          "RELOAD now", "SHUTDOWN x", "RESUME \"unterminated"}) {
+  for (const char* bad :
+       {"SHOW", "SHOW NOPE", "SHOW POOLS extra", "SELECT 1", "KILL a b", "PAUSE a b", "RELOAD now",
+        "SHUTDOWN x", "RESUME \"unterminated", "DISABLE", "ENABLE a b", "KILL_CLIENT",
+        "KILL_CLIENT abc", "SUSPEND now", "SHUTDOWN WAIT_FOR_NOTHING"}) {
     auto c = ParseCommand(bad);
     ASSERT_FALSE(c.ok()) << bad;
     EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
