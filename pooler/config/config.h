@@ -329,7 +329,7 @@ absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string
 // and a [pgfleet] section for pgfleet's own settings (`workers = 4`, `peering.listen = ...`,
 // dotted YAML paths). A key pgfleet does not implement is an error naming the key and the file
 // unless it holds the value under which PgBouncer does nothing different (pgbouncer_ini.cc lists
-// them). docs/pgbouncer-migration.md has the table.
+// them). README, "Coming from PgBouncer", lists them.
 absl::StatusOr<Config> LoadPgBouncerIni(const std::string& text, const std::string& source_name);
 
 // The configuration in `path` (YAML or pgbouncer.ini) as the YAML pgfleet reads it, after it

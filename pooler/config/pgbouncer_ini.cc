@@ -501,7 +501,7 @@ class Translator {
     Put(absl::StrSplit(e.key, '.'), value, &e, e.key);
   }
 
-  // PgBouncer's defaults where pgfleet's differ (docs/pgbouncer-migration.md).
+  // PgBouncer's defaults where pgfleet's differ (README, "Coming from PgBouncer").
   void ApplyPgBouncerDefaults() {
     const auto default_to = [&](absl::string_view dotted, absl::string_view ini_key,
                                 absl::string_view value) {
