@@ -248,11 +248,21 @@ std::optional<std::string> ParseMethod(const Field& field, HbaRule* rule) {
     rule->method = HbaMethod::kMd5;
   } else if (*word == "scram-sha-256") {
     rule->method = HbaMethod::kScramSha256;
+  } else if (*word == "cert") {
+    // As PostgreSQL checks it when it loads the file.
+    if (rule->type != HbaConnectionType::kHostSsl) {
+      return "cert authentication is only supported on hostssl connections";
+    }
+    rule->method = HbaMethod::kCert;
+  } else if (*word == "peer") {
+    if (rule->type != HbaConnectionType::kLocal) {
+      return "peer authentication is only supported on local sockets";
+    }
+    rule->method = HbaMethod::kPeer;
   } else if (*word == "password") {
     return "method \"password\" (cleartext) is not supported; use scram-sha-256";
-  } else if (*word == "peer" || *word == "ident" || *word == "gss" || *word == "sspi" ||
-             *word == "pam" || *word == "ldap" || *word == "radius" || *word == "cert" ||
-             *word == "bsd" || *word == "oauth") {
+  } else if (*word == "ident" || *word == "gss" || *word == "sspi" || *word == "pam" ||
+             *word == "ldap" || *word == "radius" || *word == "bsd" || *word == "oauth") {
     return base::StrCat("method \"", *word, "\" is not supported by pgfleet");
   } else {
     return base::StrCat("invalid authentication method \"", *word, "\"");
@@ -327,6 +337,10 @@ std::string_view HbaMethodName(HbaMethod method) {
       return "md5";
     case HbaMethod::kScramSha256:
       return "scram-sha-256";
+    case HbaMethod::kCert:
+      return "cert";
+    case HbaMethod::kPeer:
+      return "peer";
   }
   return "unknown";
 }

@@ -8,11 +8,12 @@
 //   hostnogssenc) host       DATABASE USER IP-ADDRESS IP-MASK METHOD
 // DATABASE: all, sameuser, replication, names, comma lists, "quoted" names (a quoted keyword is a
 // plain name). USER: all, names, comma lists, "quoted" names. ADDRESS: all, samehost, samenet, an
-// IPv4 or IPv6 address with a /prefix. METHOD: trust, reject, md5, scram-sha-256. `#` starts a
+// IPv4 or IPv6 address with a /prefix. METHOD: trust, reject, md5, scram-sha-256, cert (hostssl
+// lines), peer (local lines). `#` starts a
 // comment; a line ending in `\` continues on the next.
 // Not supported, and reported as an error naming the line rather than silently ignored: host
 // names, @file inclusion, +group, samerole, /regex, include directives, auth options, and the
-// methods password, peer, ident, gss, sspi, pam, ldap, radius, cert and oauth.
+// methods password, ident, gss, sspi, pam, ldap, radius and oauth.
 // Deviation: an IPv4 client seen on a dual-stack socket as ::ffff:a.b.c.d is matched as a.b.c.d,
 // so IPv4 rules work whatever address family pgfleet listens on.
 #pragma once
@@ -29,7 +30,7 @@
 namespace pgfleet::auth {
 
 enum class HbaConnectionType { kLocal, kHost, kHostSsl, kHostNoSsl, kHostGssEnc, kHostNoGssEnc };
-enum class HbaMethod { kTrust, kReject, kMd5, kScramSha256 };
+enum class HbaMethod { kTrust, kReject, kMd5, kScramSha256, kCert, kPeer };
 
 // The pg_hba.conf spelling ("scram-sha-256").
 std::string_view HbaMethodName(HbaMethod method);

@@ -25,6 +25,10 @@ std::string_view AuthTypeName(AuthType type) {
       return "md5";
     case AuthType::kScramSha256:
       return "scram-sha-256";
+    case AuthType::kCert:
+      return "cert";
+    case AuthType::kPeer:
+      return "peer";
   }
   return "unknown";
 }
@@ -56,7 +60,9 @@ std::optional<SessionState> ParseSessionState(std::string_view name) {
 }
 
 std::optional<AuthType> ParseAuthType(std::string_view name) {
-  for (AuthType type : {AuthType::kTrust, AuthType::kMd5, AuthType::kScramSha256}) {
+  // Not peer: it is for hba `local` lines only.
+  for (AuthType type :
+       {AuthType::kTrust, AuthType::kMd5, AuthType::kScramSha256, AuthType::kCert}) {
     if (name == AuthTypeName(type)) return type;
   }
   return std::nullopt;

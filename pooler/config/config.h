@@ -22,7 +22,9 @@ enum class PoolMode { kSession, kTransaction, kStatement };
 enum class SessionState { kTrack, kRefuse, kPass };
 std::string_view SessionStateName(SessionState mode);
 std::optional<SessionState> ParseSessionState(std::string_view name);
-enum class AuthType { kTrust, kMd5, kScramSha256 };
+// kCert: the client's verified TLS certificate's CommonName is its user name (PgBouncer's cert);
+// kPeer: the unix socket peer's operating-system user is (hba `peer` lines only).
+enum class AuthType { kTrust, kMd5, kScramSha256, kCert, kPeer };
 // PgBouncer's client_tls_sslmode / server_tls_sslmode values (libpq's sslmode names).
 enum class SslMode { kDisable, kAllow, kPrefer, kRequire, kVerifyCa, kVerifyFull };
 

@@ -421,7 +421,7 @@ class Translator {
 
   void ReadAuthType(const IniEntry& e) {
     const std::string type = absl::AsciiStrToLower(e.value);
-    if (type == "trust" || type == "md5" || type == "scram-sha-256") {
+    if (type == "trust" || type == "md5" || type == "scram-sha-256" || type == "cert") {
       PutText("auth.type", type, &e, "auth_type");
     } else if (type == "hba") {
       // The rules of auth_hba_file choose each client's method; pgfleet reads them whenever
@@ -429,10 +429,10 @@ class Translator {
       hba_entry_ = e;
       PutText("auth.type", "md5", &e, "auth_type");
     } else {
-      Report(
-          e, "auth_type",
-          absl::StrCat("\"", e.value,
-                       "\" is not supported by pgfleet (trust, md5, scram-sha-256 and hba are)"));
+      Report(e, "auth_type",
+             absl::StrCat(
+                 "\"", e.value,
+                 "\" is not supported by pgfleet (trust, md5, scram-sha-256, cert and hba are)"));
     }
   }
 

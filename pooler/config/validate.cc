@@ -159,8 +159,15 @@ void CheckDatabase(const Config& config, const std::string& key, const DatabaseC
   }
 }
 
-void CheckAuth(const AuthConfig& auth, std::vector<Issue>& issues) {
-  if (auth.type != AuthType::kTrust && auth.file.empty() && auth.query.empty()) {
+void CheckAuth(const AuthConfig& auth, const TlsConfig& tls, std::vector<Issue>& issues) {
+  if (auth.type == AuthType::kCert && tls.client_tls_sslmode != SslMode::kVerifyCa &&
+      tls.client_tls_sslmode != SslMode::kVerifyFull) {
+    Add(issues, "auth.type",
+        "\"cert\" needs tls.client_tls_sslmode verify-ca or verify-full: the client's certificate, "
+        "checked against client_tls_ca_file, names the user");
+  }
+  const bool needs_password = auth.type == AuthType::kMd5 || auth.type == AuthType::kScramSha256;
+  if (needs_password && auth.file.empty() && auth.query.empty()) {
     Add(issues, "auth.type",
         absl::StrCat("\"", std::string(AuthTypeName(auth.type)),
                      "\" needs auth.file (a userlist.txt) or auth.query to find passwords"));
@@ -281,7 +288,7 @@ void CheckConfig(const Config& config, std::vector<Issue>& issues) {
                  user.max_user_connections, 0);
   }
   CheckPool(config.pool, issues);
-  CheckAuth(config.auth, issues);
+  CheckAuth(config.auth, config.tls, issues);
   CheckTls(config.tls, issues);
   CheckNames(issues, "admin.users", config.admin.users);
   CheckNames(issues, "admin.stats_users", config.admin.stats_users);

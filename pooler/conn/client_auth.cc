@@ -152,6 +152,12 @@ bool ClientConn::AdmitLogin() {
       case auth::HbaMethod::kMd5:
         hba_auth_type_ = config::AuthType::kMd5;
         break;
+      case auth::HbaMethod::kCert:
+        hba_auth_type_ = config::AuthType::kCert;
+        break;
+      case auth::HbaMethod::kPeer:
+        hba_auth_type_ = config::AuthType::kPeer;
+        break;
       case auth::HbaMethod::kScramSha256:
       case auth::HbaMethod::kReject:
         hba_auth_type_ = config::AuthType::kScramSha256;

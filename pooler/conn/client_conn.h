@@ -144,6 +144,9 @@ class ClientConn final : public LinkedClient, public base::ListNode {
   void ContinueHandshake();
   void HandleAuthData();
   void BeginAuth();
+  // Auth type cert or peer: "" when the connection proves the client is user_, else PostgreSQL's
+  // refusal. client_identity.cc.
+  std::string CheckIdentity() const;
   // auth.hba_file and pool.max_concurrent_logins, once user and database are known: false when
   // the client was refused (and closed). client_auth.cc.
   [[nodiscard]] bool AdmitLogin();

@@ -249,9 +249,26 @@ bool ClientConn::TakeStartupSetting(const std::string& name, const std::string& 
 
 void ClientConn::BeginAuth() {
   const auto& config = context_.config();
-  if (EffectiveAuthType() == config::AuthType::kTrust) {
-    FinishLogin();
-    return;
+  switch (EffectiveAuthType()) {
+    case config::AuthType::kTrust:
+      FinishLogin();
+      return;
+    case config::AuthType::kCert:
+    case config::AuthType::kPeer:
+      // No password: who the client is comes from its connection. The servers log in with the
+      // userlist's secret, as under trust.
+      if (const std::string refusal = CheckIdentity(); !refusal.empty()) {
+        ++context_.counters().login_failures;
+        PGFLEET_LOG(kWarning, "client_login_failed", "client=", id_, " addr=", peer_address_,
+                    " user=", base::LogQuote(user_), " reason=", base::LogQuote(refusal));
+        Fatal(protocol::sqlstate::kInvalidAuthorization, refusal);
+        return;
+      }
+      FinishLogin();
+      return;
+    case config::AuthType::kMd5:
+    case config::AuthType::kScramSha256:
+      break;
   }
   auto it = context_.userlist().find(user_);
   if (it != context_.userlist().end()) {

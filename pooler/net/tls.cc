@@ -312,6 +312,19 @@ std::optional<std::vector<uint8_t>> TlsSession::ServerEndPoint() const {
   return hash;
 }
 
+std::string TlsSession::VerifiedPeerCommonName() const {
+  if (!peer_verified()) return "";
+  X509_NAME* subject = X509_get_subject_name(SSL_get0_peer_certificate(ssl_));
+  if (subject == nullptr) return "";
+  const int length = X509_NAME_get_text_by_NID(subject, NID_commonName, nullptr, 0);
+  if (length <= 0) return "";
+  std::string name(static_cast<size_t>(length) + 1, '\0');
+  X509_NAME_get_text_by_NID(subject, NID_commonName, name.data(), length + 1);
+  name.resize(static_cast<size_t>(length));
+  // A name with a NUL inside would compare equal to a prefix of itself: never a user.
+  return name.find('\0') == std::string::npos ? name : "";
+}
+
 bool TlsSession::peer_verified() const {
   return SSL_get0_peer_certificate(ssl_) != nullptr && SSL_get_verify_result(ssl_) == X509_V_OK;
 }

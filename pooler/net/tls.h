@@ -93,6 +93,8 @@ class TlsSession {
   std::optional<std::vector<uint8_t>> ServerEndPoint() const;
   // The peer presented a certificate that verified (verify_peer contexts only).
   bool peer_verified() const;
+  // The CommonName of the peer's certificate when it was verified (auth type cert), else empty.
+  std::string VerifiedPeerCommonName() const;
 
  private:
   TlsSession(std::shared_ptr<const TlsContext> context, SSL* ssl)

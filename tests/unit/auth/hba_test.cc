@@ -244,7 +244,13 @@ INSTANTIATE_TEST_SUITE_P(
                       BadLine{"host all all 10.0.0.1 trust", "invalid IP mask"},
                       BadLine{"host all all 10.0.0.1 ffff:: trust", "do not match in family"},
                       BadLine{"host all all all password", "cleartext"},
-                      BadLine{"local all all peer", "method \"peer\" is not supported"},
+                      BadLine{"local all all ident", "method \"ident\" is not supported"},
+                      BadLine{"host all all all peer",
+                              "peer authentication is only supported on "
+                              "local sockets"},
+                      BadLine{"host all all all cert",
+                              "cert authentication is only supported on "
+                              "hostssl connections"},
                       BadLine{"host all all all magic", "invalid authentication method \"magic\""},
                       BadLine{"host all all all md5 clientcert=verify-ca",
                               "options are not supported"},
@@ -258,6 +264,14 @@ INSTANTIATE_TEST_SUITE_P(
                       BadLine{"host \"\" all all trust", "empty database name"},
                       BadLine{"include other.conf", "include directives are not supported"},
                       BadLine{"host all all 127.0.0.1/32,10.0.0.0/8 trust", "single address"}));
+
+TEST(ParseHbaTest, CertOnHostsslAndPeerOnLocal) {
+  HbaRules rules = MustParse("local all all peer\nhostssl all all all cert\n");
+  ASSERT_EQ(rules.rules().size(), 2u);
+  EXPECT_EQ(rules.rules()[0].method, HbaMethod::kPeer);
+  EXPECT_EQ(rules.rules()[1].method, HbaMethod::kCert);
+  EXPECT_EQ(HbaMethodName(HbaMethod::kPeer), "peer");
+}
 
 TEST(ParseHbaTest, ReportsEveryBadLine) {
   auto rules = ParseHba("host\nlocal all all trust\nbogus all all trust\n", "f");
