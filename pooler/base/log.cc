@@ -1,6 +1,7 @@
 // Structured line logger writing to stderr.
 #include "pooler/base/log.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -60,9 +62,15 @@ Sink OpenSink() {
   return sink;
 }
 
-// One write; true when the whole line went out.
+// log.file's descriptor, or -1. A file never makes a writer wait for a reader.
+std::atomic<int> g_file_fd{-1};
+
+// One write; true when the whole line went out (to stderr; the file is best effort).
 bool Emit(const std::string& line) {
   static const Sink sink = OpenSink();
+  if (const int file = g_file_fd.load(std::memory_order_relaxed); file >= 0) {
+    (void)!write(file, line.data(), line.size());
+  }
   const ssize_t n = sink.socket
                         ? send(sink.fd, line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL)
                         : write(sink.fd, line.data(), line.size());
@@ -84,6 +92,21 @@ std::string FormatLine(LogLevel level, std::string_view event, std::string_view 
 }  // namespace
 
 uint64_t DroppedLogLines() { return g_dropped.load(std::memory_order_relaxed); }
+
+bool SetLogFile(const std::string& path, std::string* error) {
+  int fd = -1;
+  if (!path.empty()) {
+    fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0) {
+      *error = StrCat("cannot open log file ", path, ": ", strerror(errno));
+      return false;
+    }
+  }
+  // A line being written to the old descriptor at this moment may be lost with it.
+  const int old = g_file_fd.exchange(fd);
+  if (old >= 0) close(old);
+  return true;
+}
 
 void SetLogLevel(LogLevel level) { g_level = level; }
 LogLevel GetLogLevel() { return g_level; }

@@ -230,6 +230,8 @@ struct LogConfig {
   std::string level = "info";  // debug | info | warning | error
   bool log_connections = true;
   bool log_disconnections = true;
+  // PgBouncer's logfile: lines also go to this file (reopened on SIGHUP, for log rotation).
+  std::string file;
 };
 
 // `peering:` (peering/fleet_options.h shows every key): how this pod's workers and other pods
@@ -283,7 +285,9 @@ struct ControllerConfig {
 struct Config {
   std::string source_path;  // the file this came from, for error messages and reload
   ListenConfig listen;
-  std::string workers = "auto";                     // "auto" or a positive number
+  std::string workers = "auto";  // "auto" or a positive number
+  // PgBouncer's pidfile: the supervisor's pid, written at start and removed at exit.
+  std::string pidfile;
   std::map<std::string, DatabaseConfig> databases;  // keyed by client-facing name
   std::map<std::string, UserConfig> users;
   PoolConfig pool;

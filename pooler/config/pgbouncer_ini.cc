@@ -61,6 +61,8 @@ constexpr Mapping kSettings[] = {
     {"auth_query", "auth.query"},
     {"auth_dbname", "auth.dbname"},
     {"log_connections", "log.log_connections"},
+    {"logfile", "log.file"},
+    {"pidfile", "pidfile"},
     {"log_disconnections", "log.log_disconnections"},
     {"admin_users", "admin.users", Form::kList},
     {"stats_users", "admin.stats_users", Form::kList},
@@ -102,8 +104,6 @@ struct Unimplemented {
 };
 
 constexpr Unimplemented kUnimplemented[] = {
-    {"logfile", "", "pgfleet logs to stderr (kubectl logs, journald)"},
-    {"pidfile", "", "run pgfleet in the foreground under its supervisor (Kubernetes, systemd)"},
     {"user", "", "start pgfleet as the user it should run as"},
     {"unix_socket_mode", "0777", ""},
     {"unix_socket_group", "", ""},
@@ -382,7 +382,9 @@ class Translator {
     const std::string key = absl::AsciiStrToLower(e.key);
     if (const Mapping* m = Find(kSettings, key)) {
       std::string value = e.value;
-      if (absl::EndsWith(key, "_file")) value = FromWorkingDirectory(value);
+      if (absl::EndsWith(key, "_file") || key == "logfile" || key == "pidfile") {
+        value = FromWorkingDirectory(value);
+      }
       Put(absl::StrSplit(m->yaml, '.'), Convert(m->form, value), &e, key);
       return;
     }

@@ -221,6 +221,7 @@ bool ReadRoot(Loader& loader, const YAML::Node& root, Config& config) {
     listen.Finish();
   }
   s.String("workers", config.workers);
+  s.String("pidfile", config.pidfile);
   // Before databases and users, whose unset limits default to the pool section's.
   if (const YAML::Node* node = s.Child("pool", &line)) {
     Section pool(loader, *node, "pool", line);
@@ -264,6 +265,7 @@ bool ReadRoot(Loader& loader, const YAML::Node& root, Config& config) {
     log.String("level", config.log.level);
     log.Bool("log_connections", config.log.log_connections);
     log.Bool("log_disconnections", config.log.log_disconnections);
+    log.String("file", config.log.file);
     log.Finish();
   }
   if (const YAML::Node* node = s.Child("peering", &line)) {
@@ -400,10 +402,11 @@ absl::StatusOr<Config> LoadConfigNode(const YAML::Node& root, const std::string&
   // userlist.txt usually sits next to the config; a path relative to the process's working
   // directory would break as soon as the pooler is started from elsewhere.
   const std::filesystem::path dir = std::filesystem::path(source_name).parent_path();
-  for (std::string* path : {&config.auth.file, &config.auth.hba_file,
-                            &config.tls.client_tls_cert_file, &config.tls.client_tls_key_file,
-                            &config.tls.client_tls_ca_file, &config.tls.server_tls_cert_file,
-                            &config.tls.server_tls_key_file, &config.tls.server_tls_ca_file}) {
+  for (std::string* path :
+       {&config.auth.file, &config.auth.hba_file, &config.log.file, &config.pidfile,
+        &config.tls.client_tls_cert_file, &config.tls.client_tls_key_file,
+        &config.tls.client_tls_ca_file, &config.tls.server_tls_cert_file,
+        &config.tls.server_tls_key_file, &config.tls.server_tls_ca_file}) {
     if (!path->empty() && path->front() != '/' && !dir.empty()) *path = (dir / *path).string();
   }
   return config;

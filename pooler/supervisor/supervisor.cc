@@ -88,7 +88,32 @@ void Supervisor::CloseListeners() {
   unix_fd_ = -1;
 }
 
+void Supervisor::OpenLogFile() {
+  std::string error;
+  if (!base::SetLogFile(config_.log.file, &error)) {
+    PGFLEET_LOG(kError, "log_file_failed", "error=", base::LogQuote(error));
+  }
+}
+
+absl::Status Supervisor::WritePidFile() {
+  if (config_.pidfile.empty()) return absl::OkStatus();
+  const std::string text = absl::StrCat(getpid(), "\n");
+  const int fd = open(config_.pidfile.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    const int err = errno;
+    if (fd >= 0) close(fd);
+    return absl::ErrnoToStatus(err, absl::StrCat("pidfile ", config_.pidfile, ": cannot write"));
+  }
+  close(fd);
+  pidfile_written_ = true;
+  return absl::OkStatus();
+}
+
 void Supervisor::ReleaseRuntimeFiles() {
+  if (pidfile_written_) {
+    unlink(config_.pidfile.c_str());
+    pidfile_written_ = false;
+  }
   CloseListeners();
   if (budget_fd_ >= 0) close(budget_fd_);
   budget_fd_ = -1;
@@ -125,6 +150,7 @@ absl::Status Supervisor::Init() {
             break;
           case SIGHUP:
             PGFLEET_LOG(kInfo, "reload_requested", "workers=", processes_.size());
+            OpenLogFile();  // a rotated log.file: on to the new one
             ForwardSignal(SIGHUP);
             break;
           case SIGUSR1:
@@ -142,6 +168,8 @@ absl::Status Supervisor::Init() {
       });
   RETURN_IF_ERROR(signals_->Start());
   ASSIGN_OR_RETURN(config_, config::LoadConfigFile(options_.config_path));
+  OpenLogFile();
+  RETURN_IF_ERROR(WritePidFile());
   worker_count_ = ResolveWorkerCount(config_.workers);
   // Local peer ids are 8 bits (protocol/cancel_key.h); a rolling restart holds two per slot.
   if (worker_count_ > static_cast<int>(protocol::kMaxLocalPeerId) / 2) {

@@ -47,6 +47,9 @@ class Supervisor {
 
   // Closes the listening sockets and removes the runtime directory (also done by the destructor).
   void ReleaseRuntimeFiles();
+  // log.file (again on SIGHUP) and the pidfile, PgBouncer's logfile and pidfile.
+  void OpenLogFile();
+  absl::Status WritePidFile();
   // Closes the client listening sockets (shutdown, and with the runtime files at exit).
   void CloseListeners();
 
@@ -116,6 +119,7 @@ class Supervisor {
   absl::Duration pod_lease_backoff_;
   bool pod_lease_rolling_ = false;  // stopped to run the new binary: start it again at once
   bool shutting_down_ = false;
+  bool pidfile_written_ = false;
   std::vector<int> rolling_queue_;  // slots still to roll
   pid_t rolling_new_pid_ = -1;      // replacement we wait on
   uint64_t worker_restarts_ = 0;

@@ -54,6 +54,7 @@ absl::Status Worker::Init() {
   if (config_->log.level == "debug") base::SetLogLevel(base::LogLevel::kDebug);
   if (config_->log.level == "warning") base::SetLogLevel(base::LogLevel::kWarning);
   if (config_->log.level == "error") base::SetLogLevel(base::LogLevel::kError);
+  OpenLogFile();
   registry_ = std::make_unique<pool::PoolRegistry>(loop_, config_, std::move(userlist),
                                                    options_.peer_id, base::SystemRandom());
   registry_->context().set_hba(std::move(hba));
@@ -209,6 +210,13 @@ absl::Status Worker::Run() {
   return status;
 }
 
+void Worker::OpenLogFile() {
+  std::string error;
+  if (!base::SetLogFile(config_->log.file, &error)) {
+    PGFLEET_LOG(kError, "log_file_failed", "error=", base::LogQuote(error));
+  }
+}
+
 void Worker::Reload() {
   auto config = config::LoadConfigFile(options_.config_path);
   if (!config.ok()) {
@@ -237,6 +245,7 @@ void Worker::Reload() {
     return;
   }
   config_ = std::make_shared<const config::Config>(*config);
+  OpenLogFile();
   registry_->Reload(config_, *std::move(userlist));
   registry_->context().set_hba(*std::move(hba));
   registry_->context().set_tls(*std::move(tls));

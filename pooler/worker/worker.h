@@ -60,6 +60,8 @@ class Worker {
 
  private:
   void Reload();
+  // log.file: opened at start and again at each reload (log rotation).
+  void OpenLogFile();
   absl::Status StartPeering();
   // Stats, metrics publishing and the admin console (worker_admin.cc).
   void StartStats(const config::Config& fleet);

@@ -1,6 +1,9 @@
 // An existing pgbouncer.ini runs as PgBouncer would run it (issue 35, item 1): its defaults
 // (session pooling, md5, max_client_conn 100), its [databases] and [users] connection strings,
 // and keys whose meaning differs from pgfleet's YAML (server_lifetime = 0 uses a server once).
+#include <signal.h>
+#include <stdlib.h>
+
 #include <string>
 
 #include "gmock/gmock.h"
@@ -111,6 +114,29 @@ TEST_F(PgBouncerIniTest, AnUnimplementedKeyIsRefusedNamingKeyAndFile) {
                       std::chrono::milliseconds(50)));
   EXPECT_THAT(fleet.Log(), HasSubstr("pgbouncer.ini: server_round_robin: not supported by pgfleet "
                                      "with \\\"1\\\""));
+}
+
+// logfile and pidfile as PgBouncer writes them: the pid of the process started, every process's
+// lines in the file (besides stderr), a new file after a rotation and SIGHUP, no pidfile after.
+TEST_F(PgBouncerIniTest, LogfileAndPidfileAsPgBouncerWritesThem) {
+  char tmpl[] = "/tmp/pgfleet-logfile-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string log = dir + "/pgbouncer.log";
+  const std::string pid = dir + "/pgbouncer.pid";
+  PgfleetProcess fleet(Ini(absl::StrCat("logfile = ", log, "\npidfile = ", pid, "\n")), Userlist());
+  auto c = Connect(fleet.ConnString("postgres", "appdb", "password=pgpass"));
+  ASSERT_TRUE(Ok(c)) << ErrorOf(c) << fleet.Log();
+  EXPECT_EQ(RunCommandOutput("cat " + pid), absl::StrCat(fleet.pid(), "\n"));
+  EXPECT_TRUE(WaitFor(
+      [&] { return CountInLog(RunCommandOutput("cat " + log), "event=worker_ready") > 0; }));
+  ASSERT_EQ(RunCommand(absl::StrCat("mv ", log, " ", log, ".1")), 0);
+  fleet.Signal(SIGHUP);
+  EXPECT_TRUE(WaitFor([&] {
+    return CountInLog(RunCommandOutput("cat " + log + " 2>/dev/null"), "event=reloaded") > 0;
+  })) << fleet.Log();
+  EXPECT_EQ(fleet.Stop(), 0);
+  EXPECT_NE(RunCommand("test -e " + pid), 0);
+  RunCommand("rm -rf " + dir);
 }
 
 }  // namespace
