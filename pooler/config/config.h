@@ -182,6 +182,12 @@ struct PoolConfig {
   int cancel_rate_limit = 100;
   int pkt_buf = 4096;
   bool tcp_keepalive = true;
+  // PgBouncer's tcp_keepidle, tcp_keepintvl, tcp_keepcnt and tcp_user_timeout for client
+  // connections (server ones: server_tcp_keepalive_* above). Zero: the system's value.
+  absl::Duration tcp_keepidle = absl::ZeroDuration();
+  absl::Duration tcp_keepintvl = absl::ZeroDuration();
+  int tcp_keepcnt = 0;
+  absl::Duration tcp_user_timeout = absl::ZeroDuration();
 };
 
 struct AuthConfig {

@@ -31,7 +31,7 @@ using yaml_reading::KeyOrigins;
 
 // How an ini value becomes the YAML value: as it is, seconds (PgBouncer's bare numbers are
 // seconds, pgfleet's durations take units), or a comma list.
-enum class Form { kText, kSeconds, kList };
+enum class Form { kText, kSeconds, kMilliseconds, kList };
 
 struct Mapping {
   absl::string_view ini;
@@ -81,6 +81,10 @@ constexpr Mapping kSettings[] = {
     {"pkt_buf", "pool.pkt_buf"},
     {"max_packet_size", "pool.max_packet_size"},
     {"tcp_keepalive", "pool.tcp_keepalive"},
+    {"tcp_keepidle", "pool.tcp_keepidle", Form::kSeconds},
+    {"tcp_keepintvl", "pool.tcp_keepintvl", Form::kSeconds},
+    {"tcp_keepcnt", "pool.tcp_keepcnt"},
+    {"tcp_user_timeout", "pool.tcp_user_timeout", Form::kMilliseconds},
     {"client_tls_sslmode", "tls.client_tls_sslmode"},
     {"client_tls_key_file", "tls.client_tls_key_file"},
     {"client_tls_cert_file", "tls.client_tls_cert_file"},
@@ -140,10 +144,6 @@ constexpr Unimplemented kUnimplemented[] = {
     {"suspend_timeout", "10", "pgfleet has no SUSPEND"},
     {"sbuf_loopcnt", "5|0", "pgfleet's relay yields to other connections by itself"},
     {"tcp_socket_buffer", "|0", ""},
-    {"tcp_keepcnt", "|0", "server connections: pool.server_tcp_keepalive_*"},
-    {"tcp_keepidle", "|0", "server connections: pool.server_tcp_keepalive_*"},
-    {"tcp_keepintvl", "|0", "server connections: pool.server_tcp_keepalive_*"},
-    {"tcp_user_timeout", "0", "server connections: pool.server_tcp_user_timeout"},
     // Their meaning is pgfleet's way of working anyway.
     {"so_reuseport", "0|1", ""},
     {"tcp_defer_accept", "0|1", ""},
@@ -358,6 +358,10 @@ class Translator {
         return YAML::Node(value);
       case Form::kSeconds:
         return YAML::Node(Seconds(value));
+      case Form::kMilliseconds: {
+        double ms = 0;
+        return YAML::Node(absl::SimpleAtod(value, &ms) ? absl::StrCat(value, "ms") : value);
+      }
       case Form::kList: {
         YAML::Node list(YAML::NodeType::Sequence);
         for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipWhitespace())) {

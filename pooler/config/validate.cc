@@ -89,10 +89,13 @@ void CheckPool(const PoolConfig& pool, std::vector<Issue>& issues) {
   CheckAtLeast(issues, "pool.max_concurrent_logins", pool.max_concurrent_logins, 0);
   CheckAtLeast(issues, "pool.cancel_rate_limit", pool.cancel_rate_limit, 0);
   CheckAtLeast(issues, "pool.server_tcp_keepalive_count", pool.server_tcp_keepalive_count, 0);
+  CheckAtLeast(issues, "pool.tcp_keepcnt", pool.tcp_keepcnt, 0);
   // TCP counts keepalive time in whole seconds, and so does PostgreSQL.
   for (const auto& [key, value] :
        {std::pair{"pool.server_tcp_keepalive_idle", pool.server_tcp_keepalive_idle},
-        std::pair{"pool.server_tcp_keepalive_interval", pool.server_tcp_keepalive_interval}}) {
+        std::pair{"pool.server_tcp_keepalive_interval", pool.server_tcp_keepalive_interval},
+        std::pair{"pool.tcp_keepidle", pool.tcp_keepidle},
+        std::pair{"pool.tcp_keepintvl", pool.tcp_keepintvl}}) {
     if (value > absl::ZeroDuration() && value % absl::Seconds(1) != absl::ZeroDuration()) {
       Add(issues, key,
           absl::StrCat("must be whole seconds (or 0 for the system's value), got ",
@@ -116,6 +119,9 @@ void CheckPool(const PoolConfig& pool, std::vector<Issue>& issues) {
       {"pool.server_tcp_keepalive_idle", pool.server_tcp_keepalive_idle},
       {"pool.server_tcp_keepalive_interval", pool.server_tcp_keepalive_interval},
       {"pool.server_tcp_user_timeout", pool.server_tcp_user_timeout},
+      {"pool.tcp_keepidle", pool.tcp_keepidle},
+      {"pool.tcp_keepintvl", pool.tcp_keepintvl},
+      {"pool.tcp_user_timeout", pool.tcp_user_timeout},
       {"pool.shutdown_timeout", pool.shutdown_timeout},
   };
   for (const auto& [key, value] : durations) CheckDuration(issues, key, value);

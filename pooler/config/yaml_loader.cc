@@ -117,6 +117,10 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.Int("cancel_rate_limit", pool.cancel_rate_limit);
   s.Int("pkt_buf", pool.pkt_buf);
   s.Bool("tcp_keepalive", pool.tcp_keepalive);
+  s.Duration("tcp_keepidle", pool.tcp_keepidle);
+  s.Duration("tcp_keepintvl", pool.tcp_keepintvl);
+  s.Int("tcp_keepcnt", pool.tcp_keepcnt);
+  s.Duration("tcp_user_timeout", pool.tcp_user_timeout);
 }
 
 void ReadTls(Section& s, TlsConfig& tls) {

@@ -24,7 +24,15 @@ PoolRegistry::PoolRegistry(net::EventLoop& loop, std::shared_ptr<const config::C
 PoolRegistry::~PoolRegistry() = default;
 
 void PoolRegistry::AcceptClient(int fd, std::string peer_address, bool slot_taken) {
-  net::TuneSocket(fd, config().pool.tcp_keepalive);
+  const auto& pool = config().pool;
+  net::TuneSocket(
+      fd, pool.tcp_keepalive,
+      net::KeepaliveTimings{
+          .idle_seconds = static_cast<int>(absl::ToInt64Seconds(pool.tcp_keepidle)),
+          .interval_seconds = static_cast<int>(absl::ToInt64Seconds(pool.tcp_keepintvl)),
+          .count = pool.tcp_keepcnt,
+          .user_timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(pool.tcp_user_timeout)),
+      });
   auto* client =
       new ClientConn(context_, *this, fd, context_.NextConnectionId(), std::move(peer_address));
   if (!client->Register().ok()) {

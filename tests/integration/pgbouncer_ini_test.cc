@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "gmock/gmock.h"
 #include "tests/integration/harness/fixtures.h"
 
@@ -13,6 +14,7 @@ namespace pgfleet::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class PgBouncerIniTest : public IntegrationTest {
  protected:
@@ -137,6 +139,33 @@ TEST_F(PgBouncerIniTest, LogfileAndPidfileAsPgBouncerWritesThem) {
   EXPECT_EQ(fleet.Stop(), 0);
   EXPECT_NE(RunCommand("test -e " + pid), 0);
   RunCommand("rm -rf " + dir);
+}
+
+// tcp_keepidle, tcp_keepintvl, tcp_keepcnt and tcp_user_timeout reach the client sockets: the
+// kernel's keepalive timer of an accepted connection runs from 7 s, not the system's 2 hours.
+TEST_F(PgBouncerIniTest, ClientTcpKeepaliveKnobsReachTheClientSockets) {
+  PgfleetProcess fleet(
+      Ini("tcp_keepidle = 7\ntcp_keepintvl = 3\ntcp_keepcnt = 2\ntcp_user_timeout = 9000\n"),
+      Userlist());
+  auto c = Connect(fleet.ConnString("postgres", "appdb", "password=pgpass"));
+  ASSERT_TRUE(Ok(c)) << ErrorOf(c) << fleet.Log();
+  // The keepalive timer shows once nothing sent waits for its ACK (the retransmit timer first).
+  std::string sockets;
+  WaitFor([&] {
+    sockets = RunCommandOutput(
+        absl::StrCat("ss -tnoH state established '( sport = :", fleet.port(), " )'"));
+    return sockets.find("timer:(keepalive,") != std::string::npos;
+  });
+  const size_t at = sockets.find("timer:(keepalive,");
+  ASSERT_NE(at, std::string::npos) << sockets;
+  const std::string timer = sockets.substr(at + 17, sockets.find(')', at) - at - 17);
+  // Seconds left before the first probe ("6.820ms,0" or "6.8sec,0" by ss's version); the
+  // system's 2 hours would read "119min".
+  EXPECT_THAT(timer, Not(HasSubstr("min"))) << timer;
+  double left = 0;
+  const size_t number_end = timer.find_first_not_of("0123456789.");
+  ASSERT_TRUE(absl::SimpleAtod(timer.substr(0, number_end), &left)) << timer;
+  EXPECT_LE(left, 7.0);
 }
 
 }  // namespace
