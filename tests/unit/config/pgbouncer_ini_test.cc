@@ -139,7 +139,7 @@ app = host=127.0.0.1 connect_query='SELECT 1' bogus=1
 [pgbouncer]
 auth_file = u.txt
 listen_addr = 127.0.0.1, 127.0.0.2
-pidfile = /run/pgbouncer.pid
+unix_socket_mode = 0700
 no_such_key = 1
 auth_type = pam
 max_db_client_connections = 0
@@ -150,7 +150,7 @@ max_db_client_connections = 0
                                "pgfleet with \"SELECT 1\" (line 2)"));
   EXPECT_THAT(error, HasSubstr("databases.app: bogus: unknown key in a databases entry (line 2)"));
   EXPECT_THAT(error, HasSubstr("listen_addr: several listen addresses are not supported"));
-  EXPECT_THAT(error, HasSubstr("pidfile: not supported by pgfleet with \"/run/pgbouncer.pid\""));
+  EXPECT_THAT(error, HasSubstr("unix_socket_mode: not supported by pgfleet with \"0700\""));
   EXPECT_THAT(error, HasSubstr("no_such_key: unknown key in [pgbouncer] (line 7)"));
   EXPECT_THAT(error, HasSubstr("auth_type: \"pam\" is not supported"));
   EXPECT_THAT(error, HasSubstr("the [peers] section is not used"));
