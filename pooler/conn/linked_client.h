@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "pooler/listen/listen_hub.h"
 #include "pooler/net/connection.h"
@@ -18,6 +19,11 @@ class ServerConn;
 
 // The answer to a query pgfleet ran on a pool's server for a client that is logging in.
 struct LookupAnswer {
+  static LookupAnswer Failed(std::string error) {
+    LookupAnswer answer;
+    answer.error = std::move(error);
+    return answer;
+  }
   bool found = false;    // a row came back (auth_query: the user exists)
   std::string secret;    // auth_query: the row's password column ("" for NULL)
   std::string error;     // non-empty when the query failed: PostgreSQL's message, or pgfleet's

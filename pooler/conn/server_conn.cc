@@ -585,7 +585,7 @@ void ServerConn::Close(std::string_view reason) {
   lookup_client_ = nullptr;
   if (lookup_client != nullptr) {
     lookup_client->set_lookup_server(nullptr);
-    lookup_client->OnLookupAnswer(LookupAnswer{.error = "the server connection failed"});
+    lookup_client->OnLookupAnswer(LookupAnswer::Failed("the server connection failed"));
   }
   pool_->RemoveServer(this);  // sets kClosed, unlinks, schedules deletion
 }

@@ -119,7 +119,7 @@ void Pool::FailWelcomeClients(std::span<const uint8_t> error) {
   auto waiters = std::move(auth_query_waiters_);
   auth_query_waiters_.clear();
   for (ClientConn* client : waiters) {
-    client->OnLookupAnswer(LookupAnswer{.error = "auth_query login failed"});
+    client->OnLookupAnswer(LookupAnswer::Failed("auth_query login failed"));
   }
   while (ClientConn* client = clients_[ClientState::kSettingsCheck].front()) {
     client->FatalRaw(error);
