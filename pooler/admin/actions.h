@@ -29,6 +29,10 @@ class AdminActions {
   void Apply(const peering::v1::AdminCommandRequest& request, Done done);
   // How this worker stops taking new clients (SHUTDOWN WAIT_FOR_CLIENTS).
   void set_stop_accepting(std::function<void()> stop) { stop_accepting_ = std::move(stop); }
+  // How this worker applies SET key = value (the worker's config, reloaded with it).
+  void set_apply_setting(std::function<absl::Status(const std::string&, const std::string&)> set) {
+    apply_setting_ = std::move(set);
+  }
 
  private:
   struct Wait {
@@ -44,6 +48,7 @@ class AdminActions {
   pool::PoolRegistry& registry_;
   std::function<absl::Status()> reload_;
   std::function<void()> stop_accepting_;
+  std::function<absl::Status(const std::string&, const std::string&)> apply_setting_;
   std::vector<Wait> waits_;
   net::EventLoop::TimerId timer_ = 0;
 };

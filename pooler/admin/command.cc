@@ -74,6 +74,38 @@ absl::StatusOr<Command> ParseCommand(std::string_view sql) {
   trim();
   Command command;
   if (text.empty()) return command;
+  // SET key = value | SET key TO value; the value may be 'quoted' ('' for a quote).
+  if (text.size() > 4 && Lower(text.substr(0, 4)) == "set ") {
+    std::string_view rest = text.substr(4);
+    size_t equals = rest.find('=');
+    size_t value_at = equals == std::string_view::npos ? equals : equals + 1;
+    if (equals == std::string_view::npos) {
+      const std::string lower = Lower(rest);
+      equals = lower.find(" to ");
+      value_at = equals == std::string::npos ? equals : equals + 4;
+    }
+    if (equals == std::string_view::npos) return Invalid(text);
+    const auto trimmed = [](std::string_view s) {
+      while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+      while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+      return s;
+    };
+    const std::string_view key = trimmed(rest.substr(0, equals));
+    std::string_view value = trimmed(rest.substr(value_at));
+    if (key.empty() || key.find_first_of(" \t'\"") != std::string_view::npos) return Invalid(text);
+    command.verb = Verb::kSet;
+    command.setting = Lower(key);
+    if (value.size() >= 2 && value.front() == '\'' && value.back() == '\'') {
+      value = value.substr(1, value.size() - 2);
+      for (size_t i = 0; i < value.size(); ++i) {
+        command.value.push_back(value[i]);
+        if (value[i] == '\'' && i + 1 < value.size() && value[i + 1] == '\'') ++i;
+      }
+    } else {
+      command.value = std::string(value);
+    }
+    return command;
+  }
   std::vector<std::string> tokens;
   if (!Tokenize(text, &tokens) || tokens.empty()) return Invalid(text);
   const std::string verb = Lower(tokens[0]);
@@ -164,6 +196,8 @@ std::string_view CommandTag(Verb verb) {
       return "ENABLE";
     case Verb::kSuspend:
       return "SUSPEND";
+    case Verb::kSet:
+      return "SET";
   }
   return "";
 }

@@ -1,6 +1,6 @@
 // Parsing of admin console commands (PgBouncer's grammar): SHOW <what>, PAUSE [db], RESUME [db],
-// RECONNECT [db], KILL [db], KILL_CLIENT id, DISABLE db, ENABLE db, SUSPEND, RELOAD,
-// SHUTDOWN [WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS], WAIT_CLOSE [db]. Pure, for unit tests.
+// RECONNECT [db], KILL [db], KILL_CLIENT id, DISABLE db, ENABLE db, SUSPEND, SET key = value,
+// RELOAD, SHUTDOWN [WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS], WAIT_CLOSE [db]. Pure, for unit tests.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,7 @@ enum class Verb {
   kDisable,
   kEnable,
   kSuspend,
+  kSet,
 };
 
 // SHUTDOWN's mode.
@@ -35,6 +36,9 @@ struct Command {
   std::string what;        // SHOW's subject, lower case ("pools", "stats_totals", ...)
   std::string database;    // the optional/required database argument, unquoted; empty = all
   uint64_t client_id = 0;  // KILL_CLIENT's
+  // SET key = value: PgBouncer's key name, lower case, and the value without its quotes.
+  std::string setting;
+  std::string value;
   ShutdownMode shutdown = ShutdownMode::kNow;
 };
 

@@ -161,6 +161,14 @@ void AdminActions::Apply(const AdminCommandRequest& request, Done done) {
       WaitUntil([this] { return registry_.client_count() == registry_.admin_clients().size(); },
                 [done] { done(Ok()); });
       return;
+    case AdminCommandRequest::COMMAND_SET: {
+      PGFLEET_LOG(kInfo, "admin_set", "setting=", request.setting(),
+                  " value=", base::LogQuote(request.value()));
+      absl::Status status = apply_setting_ ? apply_setting_(request.setting(), request.value())
+                                           : absl::UnimplementedError("SET is not available");
+      done(status.ok() ? Ok() : Error(std::string(base::Sv(status.message()))));
+      return;
+    }
     case AdminCommandRequest::COMMAND_WAIT_CLOSE:
       WaitUntil(
           [this, db] {

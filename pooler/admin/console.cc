@@ -2,6 +2,7 @@
 #include "pooler/admin/console.h"
 
 #include <algorithm>
+#include <set>
 
 #include "pooler/admin/show.h"
 #include "pooler/base/log.h"
@@ -20,6 +21,7 @@ constexpr std::string_view kInsufficientPrivilege = "42501";
 constexpr std::string_view kInvalidCatalogName = "3D000";
 constexpr std::string_view kConnectionFailure = "08006";
 constexpr std::string_view kFeatureNotSupported = "0A000";
+constexpr std::string_view kInvalidParameterValue = "22023";
 
 // Gathering stats waits this long for a sibling; PAUSE and WAIT_CLOSE wait as long as it takes
 // (as PgBouncer's do), other commands are quick.
@@ -53,6 +55,8 @@ AdminCommandRequest::Command ToProto(Verb verb) {
       return AdminCommandRequest::COMMAND_DISABLE;
     case Verb::kEnable:
       return AdminCommandRequest::COMMAND_ENABLE;
+    case Verb::kSet:
+      return AdminCommandRequest::COMMAND_SET;
     default:
       return AdminCommandRequest::COMMAND_UNSPECIFIED;
   }
@@ -241,6 +245,8 @@ void Console::RunAction(uint64_t client_id, const Command& command) {
   request.set_command(ToProto(command.verb));
   request.set_database(command.database);
   request.set_client_id(command.client_id);
+  request.set_setting(command.setting);
+  request.set_value(command.value);
   const bool waits = command.verb == Verb::kPause || command.verb == Verb::kWaitClose;
   Broadcast(client_id, tag, request, waits ? kWaitingCommandDeadline : kQuickCommandDeadline,
             nullptr);
@@ -268,15 +274,23 @@ void Console::Broadcast(uint64_t client_id, const std::string& tag,
   fanout_.Broadcast(
       request, deadline, [this, client_id, tag, after](PodFanout::CommandAnswers answers) {
         std::string errors;
+        std::set<std::string> distinct;
+        size_t failed = 0;
         for (const auto& a : answers) {
           std::string error = a.ok ? a.reply.error() : a.error;
           if (a.ok && a.reply.ok()) continue;
+          ++failed;
+          distinct.insert(error);
           base::StrAppend(&errors, errors.empty() ? "" : "; ", "worker peer_id=", a.peer_id, ": ",
                           error);
         }
         protocol::StringSink sink;
         if (errors.empty()) {
           protocol::BuildCommandComplete(sink, tag);
+        } else if (failed == answers.size() && distinct.size() == 1) {
+          // Every worker refused it alike (a bad SET): the reason, once.
+          protocol::BuildErrorResponse(sink, "ERROR", kInvalidParameterValue,
+                                       base::StrCat(tag, " failed: ", *distinct.begin()));
         } else {
           protocol::BuildErrorResponse(sink, "ERROR", kConnectionFailure,
                                        base::StrCat(tag, " failed on some workers: ", errors));

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -343,6 +344,12 @@ absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string
 // unless it holds the value under which PgBouncer does nothing different (pgbouncer_ini.cc lists
 // them). README, "Coming from PgBouncer", lists them.
 absl::StatusOr<Config> LoadPgBouncerIni(const std::string& text, const std::string& source_name);
+
+// LoadConfigFile with `settings` laid over the file, in order: the console's SET key = value,
+// with PgBouncer's key names and meaning. Keys that need a restart (listen_*,
+// unix_socket_dir) and pgfleet's own keys are refused, naming the key.
+absl::StatusOr<Config> LoadConfigFileWithSettings(
+    const std::string& path, const std::vector<std::pair<std::string, std::string>>& settings);
 
 // The configuration in `path` (YAML or pgbouncer.ini) as the YAML pgfleet reads it, after it
 // validated: what `pgfleet --print-config` shows. Keys it does not list take pgfleet's defaults.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -279,6 +280,19 @@ bool SplitPairs(absl::string_view text, std::vector<std::pair<std::string, std::
 class Translator {
  public:
   explicit Translator(std::string source) : source_(std::move(source)) {}
+
+  // SET key = value: [pgbouncer] keys only, none that needs a restart, no defaults added.
+  void ReadSettings(const std::vector<IniEntry>& entries) {
+    for (const IniEntry& e : entries) {
+      const std::string key = absl::AsciiStrToLower(e.key);
+      if (absl::StartsWith(key, "listen_") || key == "unix_socket_dir" || key == "logfile" ||
+          key == "pidfile") {
+        Report(e, key, "not changeable at run time (edit the file, then RELOAD or restart)");
+        continue;
+      }
+      ReadSetting(e);
+    }
+  }
 
   void Read(const std::vector<IniEntry>& all) {
     // A key set again wins, as in PgBouncer (an %include, or a file laid over another), and a
@@ -552,6 +566,18 @@ absl::StatusOr<yaml_reading::TranslatedIni> TranslateEntries(const std::vector<I
 }  // namespace
 
 namespace yaml_reading {
+
+absl::StatusOr<TranslatedIni> TranslateSettings(
+    const std::vector<std::pair<std::string, std::string>>& settings, const std::string& source) {
+  std::vector<IniEntry> entries;
+  for (const auto& [key, value] : settings) {
+    entries.push_back(IniEntry{"pgbouncer", key, value, source, 0});
+  }
+  Translator translator(source);
+  translator.ReadSettings(entries);
+  if (!translator.issues().empty()) return internal::IssuesToStatus("", translator.issues());
+  return TranslatedIni{translator.root(), translator.origins()};
+}
 
 absl::StatusOr<TranslatedIni> ReadPgBouncerIniFile(const std::string& path) {
   auto entries = internal::ReadIniFile(path);

@@ -418,6 +418,39 @@ absl::StatusOr<Config> LoadConfigNode(const YAML::Node& root, const std::string&
 
 }  // namespace yaml_reading
 
+absl::StatusOr<Config> LoadConfigFileWithSettings(
+    const std::string& path, const std::vector<std::pair<std::string, std::string>>& settings) {
+  if (settings.empty()) return LoadConfigFile(path);
+  auto text = internal::ReadWholeFile(path);
+  if (!text.ok()) return text.status();
+  // The file's tree as the loader reads it, and where each key came from.
+  yaml_reading::TranslatedIni tree;
+  if (internal::LooksLikeIni(*text)) {
+    auto ini = yaml_reading::ReadPgBouncerIniFile(path);
+    if (!ini.ok()) return ini.status();
+    tree = *std::move(ini);
+  } else {
+    YAML::Node root;
+    try {
+      root = YAML::Load(*text);
+    } catch (const YAML::Exception& e) {
+      return LoadConfigText(*text, path);  // reports the syntax error
+    }
+    if (root.IsMap() && root["pgbouncer_ini"]) {
+      auto merged = MergeOverIni(root, path);
+      if (!merged.ok()) return merged.status();
+      tree = *std::move(merged);
+    } else {
+      tree.root = root.IsMap() ? root : YAML::Node(YAML::NodeType::Map);
+    }
+  }
+  auto set = yaml_reading::TranslateSettings(settings, "SET");
+  if (!set.ok()) return set.status();
+  Overlay(tree.root, set->root, "", "SET", tree.origins);
+  for (const auto& [key, origin] : set->origins) tree.origins[key] = origin;  // PgBouncer's names
+  return yaml_reading::LoadConfigNode(tree.root, path, &tree.origins);
+}
+
 absl::StatusOr<std::string> ConfigFileAsYaml(const std::string& path) {
   auto config = LoadConfigFile(path);
   if (!config.ok()) return config.status();

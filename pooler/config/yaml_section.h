@@ -354,6 +354,10 @@ struct TranslatedIni {
   KeyOrigins origins;
 };
 absl::StatusOr<TranslatedIni> ReadPgBouncerIniFile(const std::string& path);
+// The console's SET key = value pairs as YAML keys (no PgBouncer defaults added); `source`
+// names them in errors.
+absl::StatusOr<TranslatedIni> TranslateSettings(
+    const std::vector<std::pair<std::string, std::string>>& settings, const std::string& source);
 
 // Reads a parsed config tree: LoadConfigText after the parse. With `origins`, each problem names
 // the origin of its key instead of `source_name` and the YAML path.

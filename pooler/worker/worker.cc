@@ -218,37 +218,42 @@ void Worker::OpenLogFile() {
 }
 
 void Worker::Reload() {
-  auto config = config::LoadConfigFile(options_.config_path);
-  if (!config.ok()) {
-    PGFLEET_LOG(kError, "reload_failed",
-                "error=", base::LogQuote(base::Sv(config.status().message())));
-    return;
+  // The file wins over the console's SETs, as a PgBouncer RELOAD re-reads it.
+  settings_.clear();
+  if (absl::Status status = ApplyConfigFile(); !status.ok()) {
+    PGFLEET_LOG(kError, "reload_failed", "error=", base::LogQuote(base::Sv(status.message())));
   }
-  auto userlist = LoadUserlistFor(*config);
-  if (!userlist.ok()) {
-    PGFLEET_LOG(kError, "reload_failed",
-                "error=", base::LogQuote(base::Sv(userlist.status().message())));
-    return;
-  }
-  auto hba = LoadHbaFor(*config);
-  if (!hba.ok()) {
-    PGFLEET_LOG(kError, "reload_failed",
-                "error=", base::LogQuote(base::Sv(hba.status().message())));
-    return;
-  }
+}
+
+absl::Status Worker::ApplySetting(const std::string& setting, const std::string& value) {
+  settings_.emplace_back(setting, value);
+  absl::Status status = ApplyConfigFile();
+  if (!status.ok()) settings_.pop_back();
+  return status;
+}
+
+absl::Status Worker::ApplyConfigFile() {
+  ASSIGN_OR_RETURN(config::Config config,
+                   config::LoadConfigFileWithSettings(options_.config_path, settings_));
+  ASSIGN_OR_RETURN(auth::Userlist userlist, LoadUserlistFor(config));
+  auto hba = LoadHbaFor(config);
+  if (!hba.ok()) return hba.status();
   // Certificates rotate by reload: a new context for new connections, the old one stays with
   // the connections that use it.
-  auto tls = pool::LoadTlsContexts(*config);
-  if (!tls.ok()) {
-    PGFLEET_LOG(kError, "reload_failed",
-                "error=", base::LogQuote(base::Sv(tls.status().message())));
-    return;
-  }
+  auto tls = pool::LoadTlsContexts(config);
+  if (!tls.ok()) return tls.status();
+  ApplyConfig(config, std::move(userlist), *std::move(hba), *std::move(tls));
+  return absl::OkStatus();
+}
+
+void Worker::ApplyConfig(const config::Config& loaded, auth::Userlist userlist,
+                         std::shared_ptr<const auth::HbaRules> hba, pool::TlsContexts tls) {
+  const config::Config* config = &loaded;
   config_ = std::make_shared<const config::Config>(*config);
   OpenLogFile();
-  registry_->Reload(config_, *std::move(userlist));
-  registry_->context().set_hba(*std::move(hba));
-  registry_->context().set_tls(*std::move(tls));
+  registry_->Reload(config_, std::move(userlist));
+  registry_->context().set_hba(std::move(hba));
+  registry_->context().set_tls(std::move(tls));
   SetFleetConfig(*config);
   fleet_->UpdateConfig(*config);
   UpdateTakesClients();

@@ -60,6 +60,13 @@ class Worker {
 
  private:
   void Reload();
+  // SET key = value on the console: the config file with the SETs so far and this one laid
+  // over it (PgBouncer's key names); an error leaves everything as it was.
+  absl::Status ApplySetting(const std::string& setting, const std::string& value);
+  // Loads the config file with settings_ and applies it (Reload's work).
+  absl::Status ApplyConfigFile();
+  void ApplyConfig(const config::Config& loaded, auth::Userlist userlist,
+                   std::shared_ptr<const auth::HbaRules> hba, pool::TlsContexts tls);
   // log.file: opened at start and again at each reload (log rotation).
   void OpenLogFile();
   absl::Status StartPeering();
@@ -102,6 +109,7 @@ class Worker {
   std::unique_ptr<admin::PodFanout> admin_fanout_;
   std::unique_ptr<admin::Console> admin_console_;
   bool shutting_down_ = false;
+  std::vector<std::pair<std::string, std::string>> settings_;  // the console's SETs
   bool stopped_accepting_ = false;  // SHUTDOWN WAIT_FOR_CLIENTS: no new clients, none closed
   absl::Time shutdown_deadline_;
   bool closed_all_ = false;  // shutdown closed every client; waiting for draining servers

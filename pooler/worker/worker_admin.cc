@@ -32,6 +32,9 @@ void Worker::StartStats(const config::Config& fleet) {
     Reload();
     return absl::OkStatus();
   });
+  admin_actions_->set_apply_setting([this](const std::string& setting, const std::string& value) {
+    return ApplySetting(setting, value);
+  });
   admin_actions_->set_stop_accepting([this] {
     // As a shutdown does, without closing anyone: this process's copies of the listening
     // sockets close, and no sibling hands it a client.

@@ -44,6 +44,25 @@ TEST(ParseCommandTest, PgBouncersOtherCommands) {
   EXPECT_EQ(CommandTag(Verb::kKillClient), "KILL_CLIENT");
 }
 
+TEST(ParseCommandTest, SetTakesAKeyAndAQuotedOrBareValue) {
+  auto set = ParseCommand("SET log_connections = 1;");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->verb, Verb::kSet);
+  EXPECT_EQ(set->setting, "log_connections");
+  EXPECT_EQ(set->value, "1");
+  auto quoted = ParseCommand("set Server_Check_Query = 'select ''x''' ");
+  ASSERT_TRUE(quoted.ok()) << quoted.status();
+  EXPECT_EQ(quoted->setting, "server_check_query");
+  EXPECT_EQ(quoted->value, "select 'x'");
+  auto to = ParseCommand("SET default_pool_size TO 50");
+  ASSERT_TRUE(to.ok()) << to.status();
+  EXPECT_EQ(to->value, "50");
+  EXPECT_EQ(ParseCommand("SET x = ")->value, "");
+  EXPECT_FALSE(ParseCommand("SET nothing").ok());
+  EXPECT_FALSE(ParseCommand("SET = 1").ok());
+  EXPECT_EQ(CommandTag(Verb::kSet), "SET");
+}
+
 TEST(ParseCommandTest, EmptyStatement) {
   EXPECT_EQ(ParseCommand("")->verb, Verb::kEmpty);
   EXPECT_EQ(ParseCommand(" ; ;")->verb, Verb::kEmpty);
