@@ -186,18 +186,12 @@ ServerConn* Pool::TakeIdleServer(int64_t now) {
 
 void Pool::ServeWaiting() {
   const int64_t now = context_.loop().now_us();
-  while (!auth_query_waiters_.empty()) {
-    ServerConn* server = TakeIdleServer(now);
-    if (server == nullptr) break;
-    ClientConn* client = auth_query_waiters_.front();
-    auth_query_waiters_.erase(auth_query_waiters_.begin());
-    MoveServer(server, ServerState::kTesting);
-    client->set_lookup_server(server);
-    if (!server->StartAuthQuery(client, context_.config().auth.query, client->user())) {
-      server->Close("write failed");
-    }
-  }
-  ServeSettingsChecks(now);
+  ServeLookups(auth_query_waiters_, now, [this](ServerConn* server, ClientConn* client) {
+    return server->StartAuthQuery(client, context_.config().auth.query, client->user());
+  });
+  ServeLookups(settings_check_waiters_, now, [](ServerConn* server, ClientConn* client) {
+    return server->StartSettingsCheck(client, client->startup_settings());
+  });
   if (paused_) return;
   // The LISTEN hub serves many clients with one server: it goes before the queue.
   if (hub_.wants_server()) {

@@ -242,8 +242,11 @@ class Pool final : public BudgetedPool {
   // Otherwise it is refused (settings refused before) or queued for a check on a server, and
   // AdmitClient follows the check (OnStartupSettingsChecked). pool_settings_check.cc.
   bool StartupSettingsKnownGood(ClientConn* client);
-  // Hands idle servers to the clients queued for a check of their startup settings.
-  void ServeSettingsChecks(int64_t now);
+  // Hands each client of `waiters`, in order, an idle server for its lookup (auth_query, the
+  // settings check), while idle servers last; `start` sends the lookup (false: write failed).
+  // pool_settings_check.cc.
+  void ServeLookups(std::vector<ClientConn*>& waiters, int64_t now,
+                    const std::function<bool(ServerConn*, ClientConn*)>& start);
   void ServeWelcomedClients();
   // No room for a server: a sibling's idle server of this pool, or, when the database's or the
   // user's budget is what is full, a sibling's idle server of another pool in it, closed for us.

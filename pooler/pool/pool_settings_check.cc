@@ -44,17 +44,16 @@ bool Pool::StartupSettingsKnownGood(ClientConn* client) {
   return true;
 }
 
-void Pool::ServeSettingsChecks(int64_t now) {
-  while (!settings_check_waiters_.empty()) {
+void Pool::ServeLookups(std::vector<ClientConn*>& waiters, int64_t now,
+                        const std::function<bool(ServerConn*, ClientConn*)>& start) {
+  while (!waiters.empty()) {
     ServerConn* server = TakeIdleServer(now);
     if (server == nullptr) return;
-    ClientConn* client = settings_check_waiters_.front();
-    settings_check_waiters_.erase(settings_check_waiters_.begin());
+    ClientConn* client = waiters.front();
+    waiters.erase(waiters.begin());
     MoveServer(server, ServerState::kTesting);
     client->set_lookup_server(server);
-    if (!server->StartSettingsCheck(client, client->startup_settings())) {
-      server->Close("write failed");
-    }
+    if (!start(server, client)) server->Close("write failed");
   }
 }
 
