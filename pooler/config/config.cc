@@ -193,6 +193,14 @@ int Config::EffectiveReservePoolSize(const DatabaseConfig& db) const {
   return db.overrides.reserve_pool_size.value_or(pool.reserve_pool_size);
 }
 
+AuthConfig Config::EffectiveAuth(const DatabaseConfig& db) const {
+  AuthConfig effective = auth;
+  if (!db.auth_user.empty()) effective.user = db.auth_user;
+  if (!db.auth_query.empty()) effective.query = db.auth_query;
+  if (!db.auth_dbname.empty()) effective.dbname = db.auth_dbname;
+  return effective;
+}
+
 int Config::EffectiveMaxUserConnections(const std::string& user) const {
   if (auto it = users.find(user); it != users.end()) return it->second.max_user_connections;
   return pool.max_user_connections;

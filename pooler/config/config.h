@@ -92,6 +92,10 @@ struct DatabaseConfig {
   // database does not set it, so this is always the value to enforce.
   int max_db_connections = 0;
   std::string application_name;  // optional fixed application_name toward the server
+  // PgBouncer's per-database auth_user, auth_query and auth_dbname: empty = the auth section's.
+  std::string auth_user;
+  std::string auth_query;
+  std::string auth_dbname;
   // Set only on FindDatabase's result: true when the "*" entry matched (an auto-database).
   bool from_fallback = false;
 
@@ -324,6 +328,9 @@ struct Config {
   int EffectiveMinPoolSize(const DatabaseConfig& db) const;
   int EffectiveReservePoolSize(const DatabaseConfig& db) const;
   int EffectiveMaxUserConnections(const std::string& user) const;
+  // The auth_query, auth_user and auth_dbname that look up `db`'s clients: the database's own,
+  // else the auth section's (query empty: no lookup).
+  AuthConfig EffectiveAuth(const DatabaseConfig& db) const;
 };
 
 // Loads and validates a YAML config file. Errors are InvalidArgument (NotFound etc. when the file

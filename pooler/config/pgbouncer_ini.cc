@@ -167,14 +167,14 @@ constexpr Mapping kDatabaseKeys[] = {
     {"pool_mode", "pool_mode"},
     {"max_db_connections", "max_db_connections"},
     {"application_name", "application_name"},
+    {"auth_user", "auth_user"},
+    {"auth_query", "auth_query"},
+    {"auth_dbname", "auth_dbname"},
     // pgfleet's own, beyond PgBouncer's.
     {"target_session_attrs", "target_session_attrs"},
     {"session_state", "session_state"},
 };
 constexpr Unimplemented kDatabaseUnimplemented[] = {
-    {"auth_user", "", "set it in [pgbouncer]"},
-    {"auth_query", "", "set it in [pgbouncer]"},
-    {"auth_dbname", "", "set it in [pgbouncer]"},
     {"connect_query", "", ""},
     {"client_encoding", "", "clients set it at login"},
     {"datestyle", "", "clients set it at login"},
@@ -537,6 +537,14 @@ class Translator {
     default_to("listen.unix_socket_dir", "unix_socket_dir", "/tmp");
     default_to("listen.backlog", "listen_backlog", "128");
     if (IsSet("auth.user")) default_to("auth.query", "auth_query", kPgBouncerAuthQuery);
+    // A database's auth_user without a query anywhere runs PgBouncer's default query.
+    if (!IsSet("auth.query") && root_["databases"]) {
+      for (auto it = root_["databases"].begin(); it != root_["databases"].end(); ++it) {
+        if (it->second.IsMap() && it->second["auth_user"] && !it->second["auth_query"]) {
+          it->second["auth_query"] = std::string(kPgBouncerAuthQuery);
+        }
+      }
+    }
     const std::string socket_dir = root_["listen"]["unix_socket_dir"].as<std::string>();
     for (const std::string& db : databases_without_host_) {
       PutText(absl::StrCat("databases.", db, ".host"), socket_dir, nullptr, "");

@@ -165,7 +165,21 @@ void CheckDatabase(const Config& config, const std::string& key, const DatabaseC
   }
 }
 
-void CheckAuth(const AuthConfig& auth, const TlsConfig& tls, std::vector<Issue>& issues) {
+void CheckAuth(const Config& config, std::vector<Issue>& issues) {
+  const AuthConfig& auth = config.auth;
+  const TlsConfig& tls = config.tls;
+  // A database's own auth_query finds its users' passwords too (PgBouncer's per-database
+  // auth_user); each needs a role to run it.
+  bool database_queries = false;
+  for (const auto& [name, db] : config.databases) {
+    if (db.auth_query.empty() && db.auth_user.empty() && db.auth_dbname.empty()) continue;
+    const AuthConfig effective = config.EffectiveAuth(db);
+    database_queries = database_queries || !effective.query.empty();
+    if (!effective.query.empty() && effective.user.empty()) {
+      Add(issues, absl::StrCat("databases.", name, ".auth_query"),
+          "needs auth_user (the database's or auth.user), the role that runs the query");
+    }
+  }
   if (auth.type == AuthType::kCert && tls.client_tls_sslmode != SslMode::kVerifyCa &&
       tls.client_tls_sslmode != SslMode::kVerifyFull) {
     Add(issues, "auth.type",
@@ -173,7 +187,7 @@ void CheckAuth(const AuthConfig& auth, const TlsConfig& tls, std::vector<Issue>&
         "checked against client_tls_ca_file, names the user");
   }
   const bool needs_password = auth.type == AuthType::kMd5 || auth.type == AuthType::kScramSha256;
-  if (needs_password && auth.file.empty() && auth.query.empty()) {
+  if (needs_password && auth.file.empty() && auth.query.empty() && !database_queries) {
     Add(issues, "auth.type",
         absl::StrCat("\"", std::string(AuthTypeName(auth.type)),
                      "\" needs auth.file (a userlist.txt) or auth.query to find passwords"));
@@ -294,7 +308,7 @@ void CheckConfig(const Config& config, std::vector<Issue>& issues) {
                  user.max_user_connections, 0);
   }
   CheckPool(config.pool, issues);
-  CheckAuth(config.auth, config.tls, issues);
+  CheckAuth(config, issues);
   CheckTls(config.tls, issues);
   CheckNames(issues, "admin.users", config.admin.users);
   CheckNames(issues, "admin.stats_users", config.admin.stats_users);

@@ -172,6 +172,9 @@ void ReadDatabases(Loader& loader, const YAML::Node& node, int line, const PoolC
     s.OptionalInt("reserve_pool_size", db.overrides.reserve_pool_size);
     s.Int("max_db_connections", db.max_db_connections);
     s.String("application_name", db.application_name);
+    s.String("auth_user", db.auth_user);
+    s.String("auth_query", db.auth_query);
+    s.String("auth_dbname", db.auth_dbname);
     s.Finish();
     out.emplace(name, std::move(db));
   }

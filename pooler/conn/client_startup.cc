@@ -275,10 +275,14 @@ void ClientConn::BeginAuth() {
     ContinueAuthWithSecret(it->second);
     return;
   }
-  if (!config.auth.query.empty() && !admin_console_) {
-    host_.MoveClient(this, ClientState::kAuthQuery);
-    host_.RunAuthQuery(this, *config.FindDatabase(database_));
-    return;
+  if (!admin_console_) {
+    // The database's own auth_query (PgBouncer's per-database auth_user), else the global one.
+    const config::DatabaseConfig db = *config.FindDatabase(database_);
+    if (!config.EffectiveAuth(db).query.empty()) {
+      host_.MoveClient(this, ClientState::kAuthQuery);
+      host_.RunAuthQuery(this, db);
+      return;
+    }
   }
   // Same message as for a wrong password, so user names cannot be probed.
   ContinueAuthWithSecret("");

@@ -187,7 +187,11 @@ ServerConn* Pool::TakeIdleServer(int64_t now) {
 void Pool::ServeWaiting() {
   const int64_t now = context_.loop().now_us();
   ServeLookups(auth_query_waiters_, now, [this](ServerConn* server, ClientConn* client) {
-    return server->StartAuthQuery(client, context_.config().auth.query, client->user());
+    // The client's database's query: this pool is its auth_user's, maybe in auth_dbname.
+    const auto& config = context_.config();
+    const auto db = config.FindDatabase(client->database());
+    const std::string query = db.has_value() ? config.EffectiveAuth(*db).query : config.auth.query;
+    return server->StartAuthQuery(client, query, client->user());
   });
   ServeLookups(settings_check_waiters_, now, [](ServerConn* server, ClientConn* client) {
     return server->StartSettingsCheck(client, client->startup_settings());

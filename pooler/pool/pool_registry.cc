@@ -206,7 +206,7 @@ void PoolRegistry::DeleteServer(ServerConn* server) {
 }
 
 void PoolRegistry::RunAuthQuery(ClientConn* client, const config::DatabaseConfig& db) {
-  const auto& auth = config().auth;
+  const config::AuthConfig auth = config().EffectiveAuth(db);
   config::DatabaseConfig auth_db = db;
   if (!auth.dbname.empty()) {
     auto other = config().FindDatabase(auth.dbname);

@@ -79,6 +79,27 @@ TEST_F(AuthTest, AuthQueryFindsUsersNotInAuthFile) {
   EXPECT_THAT(ErrorOf(missing), HasSubstr("password authentication failed"));
 }
 
+// PgBouncer's per-database auth_user/auth_query (issue 35, item 4): only the database that has
+// one looks its users up; the other knows only the userlist. From a pgbouncer.ini, with
+// PgBouncer's default query.
+TEST_F(AuthTest, APerDatabaseAuthUserLooksUpThatDatabasesUsersOnly) {
+  const int port = pg().port();
+  PgfleetProcess fleet(
+      absl::StrCat("[databases]\nwithq = host=127.0.0.1 port=", port,
+                   " dbname=postgres auth_user=authuser\nnoq = host=127.0.0.1 port=", port,
+                   " dbname=postgres\n[pgbouncer]\nauth_type = md5\npool_mode = transaction\n",
+                   "[pgfleet]\nworkers = 1\n"),
+      Userlist());
+  auto looked_up = Connect(fleet.ConnString("aqmd5", "withq", "password=aqmd5pass"));
+  ASSERT_TRUE(Ok(looked_up)) << ErrorOf(looked_up) << fleet.Log();
+  EXPECT_EQ(Value(looked_up, "SELECT current_user"), "aqmd5");
+  auto not_here = Connect(fleet.ConnString("aqmd5", "noq", "password=aqmd5pass"));
+  EXPECT_FALSE(Ok(not_here));
+  EXPECT_THAT(ErrorOf(not_here), HasSubstr("password authentication failed"));
+  auto listed = Connect(fleet.ConnString("md5user", "noq", "password=md5pass"));
+  EXPECT_TRUE(Ok(listed)) << ErrorOf(listed);
+}
+
 TEST_F(AuthTest, LogsNeverContainPasswords) {
   PgfleetProcess fleet(Config("md5"), Userlist());
   (void)Connect(fleet.ConnString("md5user", "postgres", "password=md5pass"));
