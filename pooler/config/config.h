@@ -146,6 +146,9 @@ struct PoolConfig {
   absl::Duration query_timeout = absl::ZeroDuration();
   absl::Duration query_wait_timeout = absl::Seconds(120);
   absl::Duration idle_transaction_timeout = absl::ZeroDuration();
+  // PgBouncer 1.25's transaction_timeout: a client whose transaction (or single statement) ran
+  // longer is closed, and its server's work cancelled. Zero: off.
+  absl::Duration transaction_timeout = absl::ZeroDuration();
   absl::Duration cancel_wait_timeout = absl::Seconds(10);
   // Sent to PostgreSQL at every server login as client_connection_check_interval (PostgreSQL
   // 14+): a backend whose pgfleet connection closed (a worker or a pod killed) stops its query

@@ -114,6 +114,7 @@ void CheckPool(const PoolConfig& pool, std::vector<Issue>& issues) {
       {"pool.query_timeout", pool.query_timeout},
       {"pool.query_wait_timeout", pool.query_wait_timeout},
       {"pool.idle_transaction_timeout", pool.idle_transaction_timeout},
+      {"pool.transaction_timeout", pool.transaction_timeout},
       {"pool.cancel_wait_timeout", pool.cancel_wait_timeout},
       {"pool.server_connection_check_interval", pool.server_connection_check_interval},
       {"pool.server_tcp_keepalive_idle", pool.server_tcp_keepalive_idle},

@@ -102,6 +102,7 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.Duration("query_timeout", pool.query_timeout);
   s.Duration("query_wait_timeout", pool.query_wait_timeout);
   s.Duration("idle_transaction_timeout", pool.idle_transaction_timeout);
+  s.Duration("transaction_timeout", pool.transaction_timeout);
   s.Duration("cancel_wait_timeout", pool.cancel_wait_timeout);
   s.Duration("server_connection_check_interval", pool.server_connection_check_interval);
   s.Duration("server_tcp_keepalive_idle", pool.server_tcp_keepalive_idle);

@@ -90,6 +90,7 @@ class ServerConn final : public net::Connection, public base::ListNode {
   absl::Time last_used_at() const { return absl::FromUnixMicros(last_used_at_us_); }
   void touch(int64_t now_us) { last_used_at_us_ = now_us; }
   absl::Time query_started_at() const { return relay_.query_started_at(); }
+  absl::Time transaction_started_at() const { return relay_.transaction_started_at(); }
 
   // The room this server holds in the pod's and the worker's counts (ServerBudget).
   const ServerRoom& room() const { return room_; }

@@ -576,25 +576,33 @@ void Pool::Maintain(absl::Time now) {
     }
     expired.clear();
   }
-  // Linked clients: query_timeout and idle_transaction_timeout.
-  std::vector<std::pair<ClientConn*, bool>> timed_out;  // (client, is_query_timeout)
+  // Linked clients: query_timeout, transaction_timeout and idle_transaction_timeout.
+  std::vector<std::pair<ClientConn*, std::pair<std::string_view, std::string_view>>> timed_out;
   for (ServerConn* s : servers_.In({ServerState::kActive})) {
     ClientConn* c = ClientOf(s);
     if (c == nullptr) continue;
+    const bool working = s->query_in_progress() || s->in_transaction();
     if (pc.query_timeout > absl::ZeroDuration() && s->query_in_progress() &&
         now - s->query_started_at() > pc.query_timeout) {
-      timed_out.emplace_back(c, true);
+      timed_out.push_back({c,
+                           {protocol::sqlstate::kQueryCanceled,
+                            "query_timeout: query ran longer than the configured limit"}});
+    } else if (pc.transaction_timeout > absl::ZeroDuration() && working &&
+               now - s->transaction_started_at() > pc.transaction_timeout) {
+      timed_out.push_back({c,
+                           {protocol::sqlstate::kTransactionTimeout,
+                            "transaction_timeout: transaction ran longer than the configured "
+                            "limit"}});
     } else if (pc.idle_transaction_timeout > absl::ZeroDuration() && !s->query_in_progress() &&
                s->in_transaction() && now - c->last_activity_at() > pc.idle_transaction_timeout) {
-      timed_out.emplace_back(c, false);
+      timed_out.push_back({c,
+                           {protocol::sqlstate::kIdleInTransactionTimeout,
+                            "idle_transaction_timeout: transaction was idle too long"}});
     }
   }
-  for (auto [c, query] : timed_out) {
+  for (const auto& [c, why] : timed_out) {
     // Closing the client cancels what its server runs and drains the server (RemoveClient).
-    c->Fatal(
-        query ? protocol::sqlstate::kQueryCanceled : protocol::sqlstate::kIdleInTransactionTimeout,
-        query ? "query_timeout: query ran longer than the configured limit"
-              : "idle_transaction_timeout: transaction was idle too long");
+    c->Fatal(why.first, why.second);
   }
   // Servers: connect timeout, idle timeout, lifetime.
   std::vector<std::pair<ServerConn*, const char*>> to_close;

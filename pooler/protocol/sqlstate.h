@@ -18,6 +18,7 @@ inline constexpr std::string_view kQueryCanceled = "57014";
 inline constexpr std::string_view kAdminShutdown = "57P01";
 inline constexpr std::string_view kIdleSessionTimeout = "57P05";
 inline constexpr std::string_view kIdleInTransactionTimeout = "25P03";
+inline constexpr std::string_view kTransactionTimeout = "25P04";  // PostgreSQL 17's
 inline constexpr std::string_view kFeatureNotSupported = "0A000";
 inline constexpr std::string_view kObjectNotInPrerequisiteState = "55000";
 inline constexpr std::string_view kInvalidSqlStatementName = "26000";

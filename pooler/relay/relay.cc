@@ -108,7 +108,11 @@ FrontendVerdict Relay::FromClient(std::span<const uint8_t> data, absl::Time now,
           // The first after an extended-protocol COPY: the answer owed for the COPY's batch.
           rfq_owed_.back() = piece.header.type;
         } else {
-          if (rfq_owed_.empty()) query_started_at_ = now;
+          if (rfq_owed_.empty()) {
+            query_started_at_ = now;
+            // The first exchange after the server was idle opens a transaction (implicit or not).
+            if (tx_status_ == 'I') transaction_started_at_ = now;
+          }
           rfq_owed_.push_back(piece.header.type);
         }
         sent_.push_back(piece.header.type);

@@ -207,6 +207,8 @@ class Relay {
   // server's next answers (FromServer). A Sync ends that earlier batch, so its answer comes.
   bool client_waits() const { return client_waits_; }
   absl::Time query_started_at() const { return query_started_at_; }
+  // When the client's current transaction began: the first query after the server was idle.
+  absl::Time transaction_started_at() const { return transaction_started_at_; }
   // A statement-mode client opened a transaction block: nothing is in flight and it is still open.
   bool TransactionLeftOpen() const {
     return rfq_owed_.empty() && hidden_rfq_ == 0 && tx_status_ != 'I';
@@ -348,6 +350,7 @@ class Relay {
   bool client_waits_ = false;
   char tx_status_ = 'I';
   absl::Time query_started_at_;
+  absl::Time transaction_started_at_;
   protocol::StreamDecoder backend_;
   bool backend_piece_hidden_ = false;  // the server message being streamed is swallowed
   std::deque<Pending> pending_;

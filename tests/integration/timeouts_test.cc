@@ -58,6 +58,31 @@ TEST_F(TimeoutsTest, IdleTransactionTimeoutClosesIdleInTransactionClient) {
   EXPECT_EQ(Value(d, "SELECT 'freed'"), "freed");
 }
 
+// PgBouncer 1.25's transaction_timeout (issue 35): a transaction kept busy with short statements
+// (so neither query_timeout nor idle_transaction_timeout fires) is ended at the limit, and so is
+// one long statement; short transactions go on.
+TEST_F(TimeoutsTest, TransactionTimeoutEndsALongTransaction) {
+  PgfleetProcess fleet(PoolConfig("transaction", 1, "  transaction_timeout: 1s\n"));
+  auto quick = Connect(fleet.ConnString());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(ResultOk(Exec(quick, "BEGIN")));
+    ASSERT_TRUE(ResultOk(Exec(quick, "SELECT pg_sleep(0.4)")));
+    ASSERT_TRUE(ResultOk(Exec(quick, "COMMIT")));
+  }
+  auto busy = Connect(fleet.ConnString());
+  ASSERT_TRUE(ResultOk(Exec(busy, "BEGIN")));
+  bool ended = false;
+  for (int i = 0; i < 20 && !ended; ++i) ended = !ResultOk(Exec(busy, "SELECT pg_sleep(0.2)"));
+  EXPECT_TRUE(ended);
+  EXPECT_THAT(PQerrorMessage(busy.get()), HasSubstr("transaction_timeout"));
+  auto single = Connect(fleet.ConnString());
+  ResultPtr r = Exec(single, "SELECT pg_sleep(5)");
+  EXPECT_FALSE(ResultOk(r));
+  EXPECT_THAT(PQerrorMessage(single.get()), HasSubstr("transaction_timeout"));
+  auto after = Connect(fleet.ConnString());
+  EXPECT_EQ(Value(after, "SELECT 'freed'"), "freed");
+}
+
 TEST_F(TimeoutsTest, ClientIdleTimeoutClosesIdleClient) {
   PgfleetProcess fleet(PoolConfig("transaction", 1, "  client_idle_timeout: 300ms\n"));
   auto c = Connect(fleet.ConnString());
