@@ -56,6 +56,17 @@ def port_open(port):
         return False
 
 
+def await_listening(port, proc, log_path, what, timeout=20):
+    """Polls until `port` accepts (bounded by `timeout`); fails the test, with the log, when
+    `proc` exits first or the time runs out (the process is stopped then)."""
+    deadline = time.monotonic() + timeout
+    while not port_open(port):
+        if not proc.alive() or time.monotonic() > deadline:
+            proc.stop(5)
+            pytest.fail(f"{what} did not start:\n" + Path(log_path).read_text(errors="replace"))
+        time.sleep(0.05)
+
+
 def pg_bindir():
     if os.environ.get("PG_BINDIR"):
         return Path(os.environ["PG_BINDIR"])
@@ -274,12 +285,7 @@ class Pgfleet:
                                  start_new_session=True, cwd=self.dir)
         log.close()
         self.proc = Process(popen, signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        while not port_open(self.port):
-            if not self.proc.alive() or time.monotonic() > deadline:
-                self.proc.stop(5)
-                pytest.fail("pgfleet did not start:\n" + self.log())
-            time.sleep(0.05)
+        await_listening(self.port, self.proc, self.log_path, "pgfleet")
 
     def dsn(self, **extra):
         s = f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres connect_timeout=10"

@@ -7,14 +7,13 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import psycopg2
 import pytest
 
-from conftest import Process, _as_postgres_kwargs, free_port, port_open
+from conftest import Process, _as_postgres_kwargs, await_listening, free_port
 
 HERE = Path(__file__).resolve().parent
 EXPORTER_SRC = HERE.parent / "third_party" / "pgbouncer_exporter"
@@ -44,10 +43,7 @@ def start_exporter(binary, dsn, log_path):
                              start_new_session=True)
     log.close()
     proc = Process(popen, signal.SIGTERM)
-    deadline = time.monotonic() + 20
-    while not port_open(port):
-        assert proc.alive() and time.monotonic() < deadline, Path(log_path).read_text()
-        time.sleep(0.05)
+    await_listening(port, proc, log_path, "pgbouncer_exporter")
     return proc, port
 
 
@@ -98,10 +94,7 @@ def pgbouncer(pg, session_dir):
                              start_new_session=True, **_as_postgres_kwargs())
     log.close()
     proc = Process(popen, signal.SIGTERM)
-    deadline = time.monotonic() + 20
-    while not port_open(port):
-        assert proc.alive() and time.monotonic() < deadline, (d / "pgbouncer.log").read_text()
-        time.sleep(0.05)
+    await_listening(port, proc, d / "pgbouncer.log", "pgbouncer")
     yield port
     proc.stop(10)
 
