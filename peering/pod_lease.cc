@@ -157,13 +157,7 @@ int RunPodLeaseProcess(const std::string& config_path, const std::string& runtim
   if (auto status = loop.Init(); !status.ok()) return fail("loop", status);
   auto config = config::LoadConfigFile(config_path);
   if (!config.ok()) return fail("config", config.status());
-  const auto open_log_file = [](const config::Config& c) {
-    std::string error;
-    if (!base::SetLogFile(c.log.file, &error)) {
-      PGFLEET_LOG(kError, "log_file_failed", "error=", base::LogQuote(error));
-    }
-  };
-  open_log_file(*config);
+  base::SetLogFile(config->log.file);
   PodServerCounts counts;
   if (pod_servers_fd >= 0) {
     // Worker id 0: it reserves nothing, and no worker has that id.
@@ -177,7 +171,7 @@ int RunPodLeaseProcess(const std::string& config_path, const std::string& runtim
     if (signo == SIGHUP) {
       auto reloaded = config::LoadConfigFile(config_path);
       if (reloaded.ok()) {
-        open_log_file(*reloaded);
+        base::SetLogFile(reloaded->log.file);  // reopened: log rotation
         (*lease)->UpdateConfig(*reloaded);
       } else {
         PGFLEET_LOG(kError, "reload_failed",

@@ -5,7 +5,9 @@
 #include <cctype>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_replace.h"
 #include "pooler/base/strings.h"
 
 namespace pgfleet::admin {
@@ -54,6 +56,32 @@ bool Tokenize(std::string_view text, std::vector<std::string>* tokens) {
   return true;
 }
 
+std::string_view Stripped(std::string_view s) {
+  const absl::string_view stripped = absl::StripAsciiWhitespace(base::Av(s));
+  return {stripped.data(), stripped.size()};
+}
+
+// SET key = value | SET key TO value, after "SET "; the value may be 'quoted' ('' for a quote).
+bool ParseSet(std::string_view rest, Command* command) {
+  size_t equals = rest.find('=');
+  size_t value_at = equals + 1;
+  if (equals == std::string_view::npos) {
+    equals = Lower(rest).find(" to ");
+    value_at = equals + 4;
+  }
+  if (equals == std::string_view::npos) return false;
+  const std::string_view key = Stripped(rest.substr(0, equals));
+  const std::string_view value = Stripped(rest.substr(value_at));
+  if (key.empty() || key.find_first_of(" \t'\"") != std::string_view::npos) return false;
+  command->verb = Verb::kSet;
+  command->setting = Lower(key);
+  const bool quoted = value.size() >= 2 && value.front() == '\'' && value.back() == '\'';
+  command->value =
+      quoted ? absl::StrReplaceAll(base::Av(value.substr(1, value.size() - 2)), {{"''", "'"}})
+             : std::string(value);
+  return true;
+}
+
 absl::Status Invalid(std::string_view sql) {
   return absl::InvalidArgumentError(base::StrCat("invalid command '", sql, "', use SHOW HELP;"));
 }
@@ -74,36 +102,8 @@ absl::StatusOr<Command> ParseCommand(std::string_view sql) {
   trim();
   Command command;
   if (text.empty()) return command;
-  // SET key = value | SET key TO value; the value may be 'quoted' ('' for a quote).
   if (text.size() > 4 && Lower(text.substr(0, 4)) == "set ") {
-    std::string_view rest = text.substr(4);
-    size_t equals = rest.find('=');
-    size_t value_at = equals == std::string_view::npos ? equals : equals + 1;
-    if (equals == std::string_view::npos) {
-      const std::string lower = Lower(rest);
-      equals = lower.find(" to ");
-      value_at = equals == std::string::npos ? equals : equals + 4;
-    }
-    if (equals == std::string_view::npos) return Invalid(text);
-    const auto trimmed = [](std::string_view s) {
-      while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-      while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-      return s;
-    };
-    const std::string_view key = trimmed(rest.substr(0, equals));
-    std::string_view value = trimmed(rest.substr(value_at));
-    if (key.empty() || key.find_first_of(" \t'\"") != std::string_view::npos) return Invalid(text);
-    command.verb = Verb::kSet;
-    command.setting = Lower(key);
-    if (value.size() >= 2 && value.front() == '\'' && value.back() == '\'') {
-      value = value.substr(1, value.size() - 2);
-      for (size_t i = 0; i < value.size(); ++i) {
-        command.value.push_back(value[i]);
-        if (value[i] == '\'' && i + 1 < value.size() && value[i + 1] == '\'') ++i;
-      }
-    } else {
-      command.value = std::string(value);
-    }
+    if (!ParseSet(text.substr(4), &command)) return Invalid(text);
     return command;
   }
   std::vector<std::string> tokens;

@@ -9,6 +9,7 @@
 #include "pooler/base/strings.h"
 #include "pooler/conn/client_conn.h"
 #include "pooler/protocol/builders.h"
+#include "pooler/protocol/sqlstate.h"
 
 namespace pgfleet::admin {
 namespace {
@@ -20,7 +21,6 @@ constexpr std::string_view kSyntaxError = "42601";
 constexpr std::string_view kInsufficientPrivilege = "42501";
 constexpr std::string_view kInvalidCatalogName = "3D000";
 constexpr std::string_view kConnectionFailure = "08006";
-constexpr std::string_view kFeatureNotSupported = "0A000";
 constexpr std::string_view kInvalidParameterValue = "22023";
 
 // Gathering stats waits this long for a sibling; PAUSE and WAIT_CLOSE wait as long as it takes
@@ -219,7 +219,7 @@ void Console::RunAction(uint64_t client_id, const Command& command) {
   const std::string tag(CommandTag(command.verb));
   if (command.verb == Verb::kSuspend) {
     Reply(client_id,
-          ErrorBytes(kFeatureNotSupported,
+          ErrorBytes(protocol::sqlstate::kFeatureNotSupported,
                      "SUSPEND is not supported: pgfleet restarts its workers one by one instead "
                      "(SIGRTMIN, or a Kubernetes rolling update), with no online hand-over"));
     return;

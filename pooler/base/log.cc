@@ -93,19 +93,19 @@ std::string FormatLine(LogLevel level, std::string_view event, std::string_view 
 
 uint64_t DroppedLogLines() { return g_dropped.load(std::memory_order_relaxed); }
 
-bool SetLogFile(const std::string& path, std::string* error) {
+void SetLogFile(const std::string& path) {
   int fd = -1;
   if (!path.empty()) {
     fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
     if (fd < 0) {
-      *error = StrCat("cannot open log file ", path, ": ", strerror(errno));
-      return false;
+      LogLine(LogLevel::kError, "log_file_failed",
+              StrCat("file=", LogQuote(path), " error=", LogQuote(strerror(errno))));
+      return;
     }
   }
   // A line being written to the old descriptor at this moment may be lost with it.
   const int old = g_file_fd.exchange(fd);
   if (old >= 0) close(old);
-  return true;
 }
 
 void SetLogLevel(LogLevel level) { g_level = level; }

@@ -28,8 +28,8 @@ uint64_t DroppedLogLines();
 
 // PgBouncer's logfile: every line also goes to `path` (appended, created 0640), besides stderr.
 // Called again (SIGHUP) it reopens the file, so that a rotated log moves on to the new file;
-// "" stops. On failure the previous file stays in use and the error says why.
-[[nodiscard]] bool SetLogFile(const std::string& path, std::string* error);
+// "" stops. On failure the previous file stays in use and a log line says why.
+void SetLogFile(const std::string& path);
 
 // Quotes a value for key=value output when it has spaces, quotes or is empty.
 std::string LogQuote(std::string_view value);

@@ -344,16 +344,15 @@ struct Config {
 absl::StatusOr<Config> LoadConfigFile(const std::string& path);
 // Same, from text; `source_name` stands in for the file name in errors, becomes `source_path`,
 // and its directory (if it has one) anchors a relative auth.file or auth.hba_file.
-// Text that reads as an ini file (its first line opens a section) goes to LoadPgBouncerIni.
+// Text whose first line opens a section is a pgbouncer.ini (below).
 absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string& source_name);
 
-// A PgBouncer configuration (pgbouncer.ini, with its %include files) with PgBouncer's meaning:
-// its defaults where they differ from pgfleet's, its [databases] and [users] connection strings,
-// and a [pgfleet] section for pgfleet's own settings (`workers = 4`, `peering.listen = ...`,
-// dotted YAML paths). A key pgfleet does not implement is an error naming the key and the file
-// unless it holds the value under which PgBouncer does nothing different (pgbouncer_ini.cc lists
-// them). README, "Coming from PgBouncer", lists them.
-absl::StatusOr<Config> LoadPgBouncerIni(const std::string& text, const std::string& source_name);
+// A PgBouncer configuration (pgbouncer.ini, with its %include files) loads with PgBouncer's
+// meaning: its defaults where they differ from pgfleet's, its [databases] and [users] connection
+// strings, and a [pgfleet] section for pgfleet's own settings (`workers = 4`, `peering.listen =
+// ...`, dotted YAML paths). A key pgfleet does not implement is an error naming the key and the
+// file unless it holds the value under which PgBouncer does nothing different (pgbouncer_ini.cc
+// lists them). README, "Coming from PgBouncer", lists them.
 
 // LoadConfigFile with `settings` laid over the file, in order: the console's SET key = value,
 // with PgBouncer's key names and meaning. Keys that need a restart (listen_*,

@@ -1,8 +1,7 @@
 #include "pooler/config/ini_file.h"
 
 #include <cerrno>
-#include <fstream>
-#include <sstream>
+#include <cstdio>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -87,11 +86,21 @@ absl::Status ReadInto(const std::string& text, const std::string& file, int dept
 }  // namespace
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot open config file"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot open config file"));
+  }
+  std::string text;
+  char buffer[8192];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  const int read_errno = errno;
+  std::fclose(file);
+  if (failed) {
+    return absl::ErrnoToStatus(read_errno, absl::StrCat(path, ": cannot read config file"));
+  }
+  return text;
 }
 
 absl::StatusOr<std::vector<IniEntry>> ReadIniText(const std::string& text,
@@ -100,12 +109,6 @@ absl::StatusOr<std::vector<IniEntry>> ReadIniText(const std::string& text,
   std::string section;
   if (auto status = ReadInto(text, name, 0, section, entries); !status.ok()) return status;
   return entries;
-}
-
-absl::StatusOr<std::vector<IniEntry>> ReadIniFile(const std::string& path) {
-  auto text = ReadWholeFile(path);
-  if (!text.ok()) return text.status();
-  return ReadIniText(*text, path);
 }
 
 bool LooksLikeIni(const std::string& text) {

@@ -17,12 +17,10 @@ struct IniEntry {
   int line = 0;
 };
 
-// Reads `path` as PgBouncer does: lines starting with ';' or '#' are comments (not later in a
-// line), `[section]`, `key = value` (a key of letters, digits and `_.-*`, or quoted with ' or "),
-// and `%include file` (a relative path from the working directory, as PgBouncer takes it; at most
-// 10 levels). An error names the file and line.
-absl::StatusOr<std::vector<IniEntry>> ReadIniFile(const std::string& path);
-// The same for text already read; `name` stands for its file in entries and errors.
+// Reads `text` as PgBouncer reads its ini: lines starting with ';' or '#' are comments (not later
+// in a line), `[section]`, `key = value` (a key of letters, digits and `_.-*`, or quoted with ' or
+// "), and `%include file` (a relative path from the working directory, as PgBouncer takes it; at
+// most 10 levels). `name` stands for its file in entries and errors, which name file and line.
 absl::StatusOr<std::vector<IniEntry>> ReadIniText(const std::string& text, const std::string& name);
 
 // The whole file; an error names it.

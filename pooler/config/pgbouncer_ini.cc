@@ -587,20 +587,19 @@ absl::StatusOr<TranslatedIni> TranslateSettings(
   return TranslatedIni{translator.root(), translator.origins()};
 }
 
-absl::StatusOr<TranslatedIni> ReadPgBouncerIniFile(const std::string& path) {
-  auto entries = internal::ReadIniFile(path);
+absl::StatusOr<TranslatedIni> ReadPgBouncerIniText(const std::string& text,
+                                                   const std::string& source) {
+  auto entries = internal::ReadIniText(text, source);
   if (!entries.ok()) return entries.status();
-  return TranslateEntries(*entries, path);
+  return TranslateEntries(*entries, source);
+}
+
+absl::StatusOr<TranslatedIni> ReadPgBouncerIniFile(const std::string& path) {
+  auto text = internal::ReadWholeFile(path);
+  if (!text.ok()) return text.status();
+  return ReadPgBouncerIniText(*text, path);
 }
 
 }  // namespace yaml_reading
-
-absl::StatusOr<Config> LoadPgBouncerIni(const std::string& text, const std::string& source_name) {
-  auto entries = internal::ReadIniText(text, source_name);
-  if (!entries.ok()) return entries.status();
-  auto ini = TranslateEntries(*entries, source_name);
-  if (!ini.ok()) return ini.status();
-  return yaml_reading::LoadConfigNode(ini->root, source_name, &ini->origins);
-}
 
 }  // namespace pgfleet::config

@@ -333,32 +333,46 @@ absl::StatusOr<yaml_reading::TranslatedIni> MergeOverIni(YAML::Node root,
   return ini;
 }
 
-absl::StatusOr<Config> LoadOverIni(YAML::Node root, const std::string& source_name) {
-  auto merged = MergeOverIni(root, source_name);
-  if (!merged.ok()) return merged.status();
-  return yaml_reading::LoadConfigNode(merged->root, source_name, &merged->origins);
-}
+// The tree the loader reads from a config file's text: the YAML, a pgbouncer.ini translated, or
+// YAML laid over the ini it names; `origins` holds where each key was written when an ini is in
+// it (otherwise the YAML's own lines serve).
+struct ConfigTree {
+  YAML::Node root;
+  yaml_reading::KeyOrigins origins;
+  bool has_origins = false;
+};
 
-std::string Emit(const YAML::Node& root) {
-  YAML::Emitter out;
-  out << root;
-  return absl::StrCat(out.c_str(), "\n");
-}
-
-}  // namespace
-
-absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string& source_name) {
-  if (internal::LooksLikeIni(text)) return LoadPgBouncerIni(text, source_name);
+absl::StatusOr<ConfigTree> ParseConfigTree(const std::string& text, const std::string& source) {
+  if (internal::LooksLikeIni(text)) {
+    auto ini = yaml_reading::ReadPgBouncerIniText(text, source);
+    if (!ini.ok()) return ini.status();
+    return ConfigTree{ini->root, std::move(ini->origins), true};
+  }
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     return internal::IssuesToStatus(
-        source_name, {Issue{"", absl::StrCat("invalid YAML: ", e.msg), LineOf(e.mark),
-                            e.mark.is_null() ? 0 : e.mark.column + 1}});
+        source, {Issue{"", absl::StrCat("invalid YAML: ", e.msg), LineOf(e.mark),
+                       e.mark.is_null() ? 0 : e.mark.column + 1}});
   }
-  if (root.IsMap() && root["pgbouncer_ini"]) return LoadOverIni(root, source_name);
-  return yaml_reading::LoadConfigNode(root, source_name, nullptr);
+  if (!root.IsMap() || !root["pgbouncer_ini"]) return ConfigTree{root, {}, false};
+  auto merged = MergeOverIni(root, source);
+  if (!merged.ok()) return merged.status();
+  return ConfigTree{merged->root, std::move(merged->origins), true};
+}
+
+absl::StatusOr<Config> LoadTree(const ConfigTree& tree, const std::string& source) {
+  return yaml_reading::LoadConfigNode(tree.root, source,
+                                      tree.has_origins ? &tree.origins : nullptr);
+}
+
+}  // namespace
+
+absl::StatusOr<Config> LoadConfigText(const std::string& text, const std::string& source_name) {
+  auto tree = ParseConfigTree(text, source_name);
+  if (!tree.ok()) return tree.status();
+  return LoadTree(*tree, source_name);
 }
 
 namespace yaml_reading {
@@ -424,71 +438,35 @@ absl::StatusOr<Config> LoadConfigNode(const YAML::Node& root, const std::string&
 
 absl::StatusOr<Config> LoadConfigFileWithSettings(
     const std::string& path, const std::vector<std::pair<std::string, std::string>>& settings) {
-  if (settings.empty()) return LoadConfigFile(path);
   auto text = internal::ReadWholeFile(path);
   if (!text.ok()) return text.status();
-  // The file's tree as the loader reads it, and where each key came from.
-  yaml_reading::TranslatedIni tree;
-  if (internal::LooksLikeIni(*text)) {
-    auto ini = yaml_reading::ReadPgBouncerIniFile(path);
-    if (!ini.ok()) return ini.status();
-    tree = *std::move(ini);
-  } else {
-    YAML::Node root;
-    try {
-      root = YAML::Load(*text);
-    } catch (const YAML::Exception& e) {
-      return LoadConfigText(*text, path);  // reports the syntax error
-    }
-    if (root.IsMap() && root["pgbouncer_ini"]) {
-      auto merged = MergeOverIni(root, path);
-      if (!merged.ok()) return merged.status();
-      tree = *std::move(merged);
-    } else {
-      tree.root = root.IsMap() ? root : YAML::Node(YAML::NodeType::Map);
-    }
+  auto tree = ParseConfigTree(*text, path);
+  if (!tree.ok()) return tree.status();
+  if (!settings.empty()) {
+    auto set = yaml_reading::TranslateSettings(settings, "SET");
+    if (!set.ok()) return set.status();
+    Overlay(tree->root, set->root, "", "SET", tree->origins);
+    for (const auto& [key, origin] : set->origins)
+      tree->origins[key] = origin;  // PgBouncer's names
+    tree->has_origins = true;
   }
-  auto set = yaml_reading::TranslateSettings(settings, "SET");
-  if (!set.ok()) return set.status();
-  Overlay(tree.root, set->root, "", "SET", tree.origins);
-  for (const auto& [key, origin] : set->origins) tree.origins[key] = origin;  // PgBouncer's names
-  return yaml_reading::LoadConfigNode(tree.root, path, &tree.origins);
-}
-
-absl::StatusOr<std::string> ConfigFileAsYaml(const std::string& path) {
-  auto config = LoadConfigFile(path);
-  if (!config.ok()) return config.status();
-  // Read again (it loaded, so it reads): the tree as the loader saw it, before typing.
-  auto text = internal::ReadWholeFile(path);
-  if (!text.ok()) return text.status();
-  if (internal::LooksLikeIni(*text)) {
-    auto ini = yaml_reading::ReadPgBouncerIniFile(path);
-    if (!ini.ok()) return ini.status();
-    return Emit(ini->root);
-  }
-  YAML::Node root = YAML::Load(*text);
-  if (!root.IsMap() || !root["pgbouncer_ini"]) return Emit(root);
-  auto merged = MergeOverIni(root, path);
-  if (!merged.ok()) return merged.status();
-  return Emit(merged->root);
+  return LoadTree(*tree, path);
 }
 
 absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot open config file"));
-  }
-  std::string text;
-  char buffer[8192];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
-  const bool failed = std::ferror(file) != 0;
-  const int read_errno = errno;
-  std::fclose(file);
-  if (failed) {
-    return absl::ErrnoToStatus(read_errno, absl::StrCat(path, ": cannot read config file"));
-  }
-  return LoadConfigText(text, path);
+  return LoadConfigFileWithSettings(path, {});
+}
+
+absl::StatusOr<std::string> ConfigFileAsYaml(const std::string& path) {
+  auto text = internal::ReadWholeFile(path);
+  if (!text.ok()) return text.status();
+  auto tree = ParseConfigTree(*text, path);
+  if (!tree.ok()) return tree.status();
+  // Printed only once it loads: --print-config never shows a config that would not run.
+  if (auto config = LoadTree(*tree, path); !config.ok()) return config.status();
+  YAML::Emitter out;
+  out << tree->root;
+  return absl::StrCat(out.c_str(), "\n");
 }
 
 }  // namespace pgfleet::config

@@ -353,6 +353,8 @@ struct TranslatedIni {
   YAML::Node root;
   KeyOrigins origins;
 };
+absl::StatusOr<TranslatedIni> ReadPgBouncerIniText(const std::string& text,
+                                                   const std::string& source);
 absl::StatusOr<TranslatedIni> ReadPgBouncerIniFile(const std::string& path);
 // The console's SET key = value pairs as YAML keys (no PgBouncer defaults added); `source`
 // names them in errors.

@@ -78,7 +78,7 @@ class ClientConn final : public LinkedClient, public base::ListNode {
   // Relays queued client bytes to the linked server; false when the client was closed.
   bool RelayToServer() override;
   // Continues after the answer to its auth_query (kAuthQuery) or the check of its startup
-  // settings (Pool::CheckStartupSettings).
+  // settings (Pool::StartupSettingsKnownGood).
   void OnLookupAnswer(const LookupAnswer& answer) override;
   void set_lookup_server(ServerConn* server) override { lookup_server_ = server; }
   // The settings its startup packet gave (`options` -c switches, or parameters that name a

@@ -241,7 +241,7 @@ bool ClientConn::TakeStartupSetting(const std::string& name, const std::string& 
     return false;
   } else {
     // Any other parameter names a setting, as PostgreSQL reads it: it becomes the session's
-    // (checked on a server before the welcome, Pool::CheckStartupSettings).
+    // (checked on a server before the welcome, Pool::StartupSettingsKnownGood).
     startup_settings_.push_back({absl::AsciiStrToLower(name), value});
   }
   return true;

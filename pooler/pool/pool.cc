@@ -186,16 +186,7 @@ ServerConn* Pool::TakeIdleServer(int64_t now) {
 
 void Pool::ServeWaiting() {
   const int64_t now = context_.loop().now_us();
-  ServeLookups(auth_query_waiters_, now, [this](ServerConn* server, ClientConn* client) {
-    // The client's database's query: this pool is its auth_user's, maybe in auth_dbname.
-    const auto& config = context_.config();
-    const auto db = config.FindDatabase(client->database());
-    const std::string query = db.has_value() ? config.EffectiveAuth(*db).query : config.auth.query;
-    return server->StartAuthQuery(client, query, client->user());
-  });
-  ServeLookups(settings_check_waiters_, now, [](ServerConn* server, ClientConn* client) {
-    return server->StartSettingsCheck(client, client->startup_settings());
-  });
+  ServeLookupWaiters(now);
   if (paused_) return;
   // The LISTEN hub serves many clients with one server: it goes before the queue.
   if (hub_.wants_server()) {
@@ -577,33 +568,33 @@ void Pool::Maintain(absl::Time now) {
     expired.clear();
   }
   // Linked clients: query_timeout, transaction_timeout and idle_transaction_timeout.
-  std::vector<std::pair<ClientConn*, std::pair<std::string_view, std::string_view>>> timed_out;
+  struct TimedOut {
+    ClientConn* client;
+    std::string_view sqlstate;
+    std::string_view message;
+  };
+  std::vector<TimedOut> timed_out;
   for (ServerConn* s : servers_.In({ServerState::kActive})) {
     ClientConn* c = ClientOf(s);
     if (c == nullptr) continue;
-    const bool working = s->query_in_progress() || s->in_transaction();
     if (pc.query_timeout > absl::ZeroDuration() && s->query_in_progress() &&
         now - s->query_started_at() > pc.query_timeout) {
-      timed_out.push_back({c,
-                           {protocol::sqlstate::kQueryCanceled,
-                            "query_timeout: query ran longer than the configured limit"}});
-    } else if (pc.transaction_timeout > absl::ZeroDuration() && working &&
+      timed_out.push_back({c, protocol::sqlstate::kQueryCanceled,
+                           "query_timeout: query ran longer than the configured limit"});
+    } else if (pc.transaction_timeout > absl::ZeroDuration() &&
+               (s->query_in_progress() || s->in_transaction()) &&
                now - s->transaction_started_at() > pc.transaction_timeout) {
-      timed_out.push_back({c,
-                           {protocol::sqlstate::kTransactionTimeout,
-                            "transaction_timeout: transaction ran longer than the configured "
-                            "limit"}});
+      timed_out.push_back(
+          {c, protocol::sqlstate::kTransactionTimeout,
+           "transaction_timeout: transaction ran longer than the configured limit"});
     } else if (pc.idle_transaction_timeout > absl::ZeroDuration() && !s->query_in_progress() &&
                s->in_transaction() && now - c->last_activity_at() > pc.idle_transaction_timeout) {
-      timed_out.push_back({c,
-                           {protocol::sqlstate::kIdleInTransactionTimeout,
-                            "idle_transaction_timeout: transaction was idle too long"}});
+      timed_out.push_back({c, protocol::sqlstate::kIdleInTransactionTimeout,
+                           "idle_transaction_timeout: transaction was idle too long"});
     }
   }
-  for (const auto& [c, why] : timed_out) {
-    // Closing the client cancels what its server runs and drains the server (RemoveClient).
-    c->Fatal(why.first, why.second);
-  }
+  // Closing the client cancels what its server runs and drains the server (RemoveClient).
+  for (const TimedOut& t : timed_out) t.client->Fatal(t.sqlstate, t.message);
   // Servers: connect timeout, idle timeout, lifetime.
   std::vector<std::pair<ServerConn*, const char*>> to_close;
   for (ServerConn* s : servers_.In({ServerState::kConnecting, ServerState::kLogin})) {

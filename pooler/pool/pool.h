@@ -242,6 +242,9 @@ class Pool final : public BudgetedPool {
   // Otherwise it is refused (settings refused before) or queued for a check on a server, and
   // AdmitClient follows the check (OnStartupSettingsChecked). pool_settings_check.cc.
   bool StartupSettingsKnownGood(ClientConn* client);
+  // Gives idle servers to the logins waiting for an auth_query or a settings check (rare: the
+  // common path only tests two lists for emptiness).
+  void ServeLookupWaiters(int64_t now);
   // Hands each client of `waiters`, in order, an idle server for its lookup (auth_query, the
   // settings check), while idle servers last; `start` sends the lookup (false: write failed).
   // pool_settings_check.cc.

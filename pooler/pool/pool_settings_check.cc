@@ -1,3 +1,6 @@
+// Logins that wait for a query on one of the pool's servers (auth_query, the startup settings
+// check), and the startup settings check itself.
+//
 // A client's startup settings (`options` -c switches, or parameters that name a setting) become
 // its session's settings, sent to each server it gets as its SETs are. PostgreSQL refuses a bad
 // one at login (a value it cannot parse, a setting only a superuser may change, one fixed at
@@ -42,6 +45,25 @@ bool Pool::StartupSettingsKnownGood(ClientConn* client) {
     return false;
   }
   return true;
+}
+
+void Pool::ServeLookupWaiters(int64_t now) {
+  // Logins that wait for a lookup on a server; rare, so the common path skips them at once.
+  if (!auth_query_waiters_.empty()) {
+    ServeLookups(auth_query_waiters_, now, [this](ServerConn* server, ClientConn* client) {
+      // The client's database's query: this pool is its auth_user's, maybe in auth_dbname.
+      const auto& config = context_.config();
+      const auto db = config.FindDatabase(client->database());
+      const std::string query =
+          db.has_value() ? config.EffectiveAuth(*db).query : config.auth.query;
+      return server->StartAuthQuery(client, query, client->user());
+    });
+  }
+  if (!settings_check_waiters_.empty()) {
+    ServeLookups(settings_check_waiters_, now, [](ServerConn* server, ClientConn* client) {
+      return server->StartSettingsCheck(client, client->startup_settings());
+    });
+  }
 }
 
 void Pool::ServeLookups(std::vector<ClientConn*>& waiters, int64_t now,

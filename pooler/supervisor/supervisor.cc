@@ -88,13 +88,6 @@ void Supervisor::CloseListeners() {
   unix_fd_ = -1;
 }
 
-void Supervisor::OpenLogFile() {
-  std::string error;
-  if (!base::SetLogFile(config_.log.file, &error)) {
-    PGFLEET_LOG(kError, "log_file_failed", "error=", base::LogQuote(error));
-  }
-}
-
 absl::Status Supervisor::WritePidFile() {
   if (config_.pidfile.empty()) return absl::OkStatus();
   const std::string text = absl::StrCat(getpid(), "\n");
@@ -150,7 +143,7 @@ absl::Status Supervisor::Init() {
             break;
           case SIGHUP:
             PGFLEET_LOG(kInfo, "reload_requested", "workers=", processes_.size());
-            OpenLogFile();  // a rotated log.file: on to the new one
+            base::SetLogFile(config_.log.file);  // a rotated log.file: on to the new one
             ForwardSignal(SIGHUP);
             break;
           case SIGUSR1:
@@ -168,7 +161,7 @@ absl::Status Supervisor::Init() {
       });
   RETURN_IF_ERROR(signals_->Start());
   ASSIGN_OR_RETURN(config_, config::LoadConfigFile(options_.config_path));
-  OpenLogFile();
+  base::SetLogFile(config_.log.file);
   RETURN_IF_ERROR(WritePidFile());
   worker_count_ = ResolveWorkerCount(config_.workers);
   // Local peer ids are 8 bits (protocol/cancel_key.h); a rolling restart holds two per slot.

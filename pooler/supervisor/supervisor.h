@@ -47,8 +47,7 @@ class Supervisor {
 
   // Closes the listening sockets and removes the runtime directory (also done by the destructor).
   void ReleaseRuntimeFiles();
-  // log.file (again on SIGHUP) and the pidfile, PgBouncer's logfile and pidfile.
-  void OpenLogFile();
+  // PgBouncer's pidfile: this process's pid, removed by ReleaseRuntimeFiles.
   absl::Status WritePidFile();
   // Closes the client listening sockets (shutdown, and with the runtime files at exit).
   void CloseListeners();

@@ -54,7 +54,7 @@ absl::Status Worker::Init() {
   if (config_->log.level == "debug") base::SetLogLevel(base::LogLevel::kDebug);
   if (config_->log.level == "warning") base::SetLogLevel(base::LogLevel::kWarning);
   if (config_->log.level == "error") base::SetLogLevel(base::LogLevel::kError);
-  OpenLogFile();
+  base::SetLogFile(config_->log.file);
   registry_ = std::make_unique<pool::PoolRegistry>(loop_, config_, std::move(userlist),
                                                    options_.peer_id, base::SystemRandom());
   registry_->context().set_hba(std::move(hba));
@@ -210,13 +210,6 @@ absl::Status Worker::Run() {
   return status;
 }
 
-void Worker::OpenLogFile() {
-  std::string error;
-  if (!base::SetLogFile(config_->log.file, &error)) {
-    PGFLEET_LOG(kError, "log_file_failed", "error=", base::LogQuote(error));
-  }
-}
-
 void Worker::Reload() {
   // The file wins over the console's SETs, as a PgBouncer RELOAD re-reads it.
   settings_.clear();
@@ -242,22 +235,16 @@ absl::Status Worker::ApplyConfigFile() {
   // the connections that use it.
   auto tls = pool::LoadTlsContexts(config);
   if (!tls.ok()) return tls.status();
-  ApplyConfig(config, std::move(userlist), *std::move(hba), *std::move(tls));
-  return absl::OkStatus();
-}
-
-void Worker::ApplyConfig(const config::Config& loaded, auth::Userlist userlist,
-                         std::shared_ptr<const auth::HbaRules> hba, pool::TlsContexts tls) {
-  const config::Config* config = &loaded;
-  config_ = std::make_shared<const config::Config>(*config);
-  OpenLogFile();
+  config_ = std::make_shared<const config::Config>(config);
+  base::SetLogFile(config.log.file);  // reopened: log rotation
   registry_->Reload(config_, std::move(userlist));
-  registry_->context().set_hba(std::move(hba));
-  registry_->context().set_tls(std::move(tls));
-  SetFleetConfig(*config);
-  fleet_->UpdateConfig(*config);
+  registry_->context().set_hba(*std::move(hba));
+  registry_->context().set_tls(*std::move(tls));
+  SetFleetConfig(config);
+  fleet_->UpdateConfig(config);
   UpdateTakesClients();
   PGFLEET_LOG(kInfo, "reloaded", "config=", options_.config_path);
+  return absl::OkStatus();
 }
 
 void Worker::UpdateTakesClients() {

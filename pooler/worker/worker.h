@@ -63,12 +63,9 @@ class Worker {
   // SET key = value on the console: the config file with the SETs so far and this one laid
   // over it (PgBouncer's key names); an error leaves everything as it was.
   absl::Status ApplySetting(const std::string& setting, const std::string& value);
-  // Loads the config file with settings_ and applies it (Reload's work).
+  // Loads the config file with settings_ and applies it (Reload's work); an error changes
+  // nothing.
   absl::Status ApplyConfigFile();
-  void ApplyConfig(const config::Config& loaded, auth::Userlist userlist,
-                   std::shared_ptr<const auth::HbaRules> hba, pool::TlsContexts tls);
-  // log.file: opened at start and again at each reload (log rotation).
-  void OpenLogFile();
   absl::Status StartPeering();
   // Stats, metrics publishing and the admin console (worker_admin.cc).
   void StartStats(const config::Config& fleet);
