@@ -44,9 +44,9 @@ std::vector<PodCapTarget::Usage> PodCapTarget::Usages() {
   for (const auto& pool : counts_->PoolNames()) {
     auto db = config_.FindDatabase(pool.database);
     if (!db.has_value() || db->max_db_connections <= 0) continue;
-    demand[pool.database] +=
-        std::min(counts_->DemandTotal(pool.key),
-                 config_.EffectivePoolSize(*db) + config_.EffectiveReservePoolSize(*db));
+    demand[pool.database] += std::min(counts_->DemandTotal(pool.key),
+                                      config_.EffectivePoolSize(*db, pool.user) +
+                                          config_.EffectiveReservePoolSize(*db, pool.user));
   }
   std::vector<Usage> out;
   for (const auto& name : names) {

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "pooler/admin/show.h"
 
@@ -28,6 +29,9 @@ void ShowConfig(const config::Config& c, ResultSet* out) {
   row("listen_addr", c.listen.address, d.listen.address, false);
   row("listen_port", std::to_string(c.listen.port), std::to_string(d.listen.port), false);
   row("unix_socket_dir", c.listen.unix_socket_dir, d.listen.unix_socket_dir, false);
+  row("unix_socket_mode", absl::StrFormat("%04o", c.listen.unix_socket_mode),
+      absl::StrFormat("%04o", d.listen.unix_socket_mode), false);
+  row("unix_socket_group", c.listen.unix_socket_group, d.listen.unix_socket_group, false);
   row("listen_backlog", std::to_string(c.listen.backlog), std::to_string(d.listen.backlog), false);
   row("workers", c.workers, d.workers, false);
   const auto& p = c.pool;
@@ -51,6 +55,19 @@ void ShowConfig(const config::Config& c, ResultSet* out) {
       std::to_string(dp.max_db_connections), true);
   row("max_user_connections", std::to_string(p.max_user_connections),
       std::to_string(dp.max_user_connections), true);
+  row("max_db_client_connections", std::to_string(p.max_db_client_connections),
+      std::to_string(dp.max_db_client_connections), true);
+  row("max_user_client_connections", std::to_string(p.max_user_client_connections),
+      std::to_string(dp.max_user_client_connections), true);
+  row("server_round_robin", Bool(p.server_round_robin), Bool(dp.server_round_robin), true);
+  row("server_fast_close", Bool(p.server_fast_close), Bool(dp.server_fast_close), true);
+  row("application_name_add_host", Bool(p.application_name_add_host),
+      Bool(dp.application_name_add_host), true);
+  row("log_stats", Bool(p.log_stats), Bool(dp.log_stats), true);
+  row("stats_period", Duration(p.stats_period), Duration(dp.stats_period), true);
+  row("query_wait_notify", Duration(p.query_wait_notify), Duration(dp.query_wait_notify), true);
+  row("transaction_timeout", Duration(p.transaction_timeout), Duration(dp.transaction_timeout),
+      true);
   row("max_prepared_statements", std::to_string(p.max_prepared_statements),
       std::to_string(dp.max_prepared_statements), true);
   row("server_reset_query", p.server_reset_query, dp.server_reset_query, true);
@@ -179,9 +196,9 @@ void ShowDatabases(const ShowInput& in, ResultSet* out) {
                  std::to_string(absl::ToInt64Seconds(fleet.pool.server_lifetime)),
                  std::string(config::PoolModeName(mode)),
                  std::string(config::LoadBalanceHostsName(db->load_balance_hosts)),
-                 std::to_string(db->max_db_connections), std::to_string(current[name]), "0",
-                 std::to_string(clients[name]), paused[name] ? "1" : "0",
-                 disabled.contains(name) ? "1" : "0",
+                 std::to_string(db->max_db_connections), std::to_string(current[name]),
+                 std::to_string(db->max_db_client_connections), std::to_string(clients[name]),
+                 paused[name] ? "1" : "0", disabled.contains(name) ? "1" : "0",
                  std::string(config::TargetSessionAttrsName(db->target_session_attrs)),
                  absl::StrJoin(states, ", ")});
   }
@@ -211,11 +228,20 @@ void ShowUsers(const ShowInput& in, ResultSet* out) {
   for (const auto& [name, n] : current) {
     auto it = fleet.users.find(name);
     std::string mode;
-    if (it != fleet.users.end() && it->second.pool_mode.has_value()) {
-      mode = std::string(config::PoolModeName(*it->second.pool_mode));
+    std::string pool_size;  // NULL ("") where the user sets none, as PgBouncer shows it
+    std::string reserve_pool_size;
+    if (it != fleet.users.end()) {
+      const config::UserConfig& user = it->second;
+      if (user.pool_mode.has_value()) mode = std::string(config::PoolModeName(*user.pool_mode));
+      if (user.pool_size.has_value()) pool_size = std::to_string(*user.pool_size);
+      if (user.reserve_pool_size.has_value()) {
+        reserve_pool_size = std::to_string(*user.reserve_pool_size);
+      }
     }
-    out->AddRow({name, "", "", mode, std::to_string(fleet.EffectiveMaxUserConnections(name)),
-                 std::to_string(n.first), "0", std::to_string(n.second)});
+    out->AddRow({name, pool_size, reserve_pool_size, mode,
+                 std::to_string(fleet.EffectiveMaxUserConnections(name)), std::to_string(n.first),
+                 std::to_string(fleet.EffectiveMaxUserClientConnections(name)),
+                 std::to_string(n.second)});
   }
 }
 

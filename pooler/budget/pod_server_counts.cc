@@ -195,6 +195,14 @@ std::string PodServerCounts::PinKeyText(std::string_view database, std::string_v
   return base::StrCat("n", database.size(), ":", database, user);
 }
 
+std::string PodServerCounts::DatabaseClientsKeyText(std::string_view database) {
+  return base::StrCat("cd", database);
+}
+
+std::string PodServerCounts::UserClientsKeyText(std::string_view user) {
+  return base::StrCat("cu", user);
+}
+
 std::string PodServerCounts::DatabaseKeyText(std::string_view database) {
   return base::StrCat("d", database);
 }

@@ -70,6 +70,10 @@ class PodServerCounts {
   static std::string UserKeyText(std::string_view user);
   // Servers of a pool pinned to their clients by session state (max_pinned_servers is the pod's).
   static std::string PinKeyText(std::string_view database, std::string_view user);
+  // Clients of a database and of a user in the pod (max_db_client_connections and
+  // max_user_client_connections), counted with TryReserve like servers.
+  static std::string DatabaseClientsKeyText(std::string_view database);
+  static std::string UserClientsKeyText(std::string_view user);
   // The key for `text`, added on first use; nullopt when the table is full or the text too long.
   std::optional<Key> Intern(std::string_view text);
 

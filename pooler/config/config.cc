@@ -3,6 +3,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
+
 namespace pgfleet::config {
 
 std::string_view PoolModeName(PoolMode mode) {
@@ -181,8 +184,23 @@ int Config::EffectiveMaxPinnedServers(const DatabaseConfig& db) const {
   return std::max(1, EffectivePoolSize(db) / 2);
 }
 
+std::vector<std::string> ListenConfig::Addresses() const {
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(address, ',', absl::SkipWhitespace())) {
+    out.emplace_back(absl::StripAsciiWhitespace(part));
+  }
+  return out;
+}
+
 int Config::EffectivePoolSize(const DatabaseConfig& db) const {
   return db.overrides.pool_size.value_or(pool.default_pool_size);
+}
+
+int Config::EffectivePoolSize(const DatabaseConfig& db, const std::string& user) const {
+  if (auto it = users.find(user); it != users.end() && it->second.pool_size.has_value()) {
+    return *it->second.pool_size;
+  }
+  return EffectivePoolSize(db);
 }
 
 int Config::EffectiveMinPoolSize(const DatabaseConfig& db) const {
@@ -191,6 +209,13 @@ int Config::EffectiveMinPoolSize(const DatabaseConfig& db) const {
 
 int Config::EffectiveReservePoolSize(const DatabaseConfig& db) const {
   return db.overrides.reserve_pool_size.value_or(pool.reserve_pool_size);
+}
+
+int Config::EffectiveReservePoolSize(const DatabaseConfig& db, const std::string& user) const {
+  if (auto it = users.find(user); it != users.end() && it->second.reserve_pool_size.has_value()) {
+    return *it->second.reserve_pool_size;
+  }
+  return EffectiveReservePoolSize(db);
 }
 
 AuthConfig Config::EffectiveAuth(const DatabaseConfig& db) const {
@@ -204,6 +229,31 @@ AuthConfig Config::EffectiveAuth(const DatabaseConfig& db) const {
 int Config::EffectiveMaxUserConnections(const std::string& user) const {
   if (auto it = users.find(user); it != users.end()) return it->second.max_user_connections;
   return pool.max_user_connections;
+}
+
+int Config::EffectiveMaxUserClientConnections(const std::string& user) const {
+  if (auto it = users.find(user); it != users.end()) return it->second.max_user_client_connections;
+  return pool.max_user_client_connections;
+}
+
+ClientTimeouts Config::EffectiveClientTimeouts(const std::string& user) const {
+  ClientTimeouts timeouts{
+      .query_timeout = pool.query_timeout,
+      .query_wait_timeout = pool.query_wait_timeout,
+      .idle_transaction_timeout = pool.idle_transaction_timeout,
+      .transaction_timeout = pool.transaction_timeout,
+      .client_idle_timeout = pool.client_idle_timeout,
+  };
+  auto it = users.find(user);
+  if (it == users.end()) return timeouts;
+  const UserConfig& u = it->second;
+  timeouts.query_timeout = u.query_timeout.value_or(timeouts.query_timeout);
+  timeouts.query_wait_timeout = u.query_wait_timeout.value_or(timeouts.query_wait_timeout);
+  timeouts.idle_transaction_timeout =
+      u.idle_transaction_timeout.value_or(timeouts.idle_transaction_timeout);
+  timeouts.transaction_timeout = u.transaction_timeout.value_or(timeouts.transaction_timeout);
+  timeouts.client_idle_timeout = u.client_idle_timeout.value_or(timeouts.client_idle_timeout);
+  return timeouts;
 }
 
 }  // namespace pgfleet::config

@@ -60,11 +60,17 @@ struct ListenConfig {
   std::string address = "127.0.0.1";  // "*" or "0.0.0.0" = all IPv4; "::" = all IPv6
   int port = 6432;                    // 0 = pick a free port (logged at start)
   std::string unix_socket_dir;        // empty = no unix socket; socket is .s.PGSQL.<port>
+  // PgBouncer's unix_socket_mode and unix_socket_group: the socket file's mode and group.
+  int unix_socket_mode = 0777;
+  std::string unix_socket_group;  // empty = the process's group
   int backlog = 1024;
   // Even client balance across the pod's workers (docs/architecture.md, "Client balance"): a
   // worker that holds more clients than a sibling passes a new connection to the one with the
   // fewest before reading from it. Off: the kernel's SO_REUSEPORT hash alone spreads them.
   bool balance_clients = true;
+
+  // `address` may list several, comma-separated (PgBouncer's listen_addr): each is listened on.
+  std::vector<std::string> Addresses() const;
 };
 
 // Settings a database may override; unset fields take the `pool:` section's value.
@@ -91,6 +97,9 @@ struct DatabaseConfig {
   // 0 = unlimited; fleet-wide total. The loader copies pool.max_db_connections here when the
   // database does not set it, so this is always the value to enforce.
   int max_db_connections = 0;
+  // Clients connected to this database in the whole pod (PgBouncer's max_db_client_connections);
+  // 0 = unlimited. The loader copies pool.max_db_client_connections here likewise.
+  int max_db_client_connections = 0;
   std::string application_name;  // optional fixed application_name toward the server
   // PgBouncer's per-database auth_user, auth_query and auth_dbname: empty = the auth section's.
   std::string auth_user;
@@ -117,6 +126,27 @@ struct UserConfig {
   std::optional<SessionState> session_state;  // likewise
   // 0 = unlimited. The loader copies pool.max_user_connections here when the user does not set it.
   int max_user_connections = 0;
+  // Clients of this user in the whole pod; 0 = unlimited. Copied from the pool section likewise.
+  int max_user_client_connections = 0;
+  // PgBouncer's per-user pool_size and reserve_pool_size: over the database's and the pool
+  // section's for every pool of this user.
+  std::optional<int> pool_size;
+  std::optional<int> reserve_pool_size;
+  // Per-user timeouts over the pool section's (ClientTimeouts).
+  std::optional<absl::Duration> query_timeout;
+  std::optional<absl::Duration> query_wait_timeout;
+  std::optional<absl::Duration> idle_transaction_timeout;
+  std::optional<absl::Duration> transaction_timeout;
+  std::optional<absl::Duration> client_idle_timeout;
+};
+
+// The timeouts that end a client, as they hold for one user (Config::EffectiveClientTimeouts).
+struct ClientTimeouts {
+  absl::Duration query_timeout;
+  absl::Duration query_wait_timeout;
+  absl::Duration idle_transaction_timeout;
+  absl::Duration transaction_timeout;
+  absl::Duration client_idle_timeout;
 };
 
 struct PoolConfig {
@@ -132,6 +162,9 @@ struct PoolConfig {
   int max_client_conn = 10000;  // fleet-wide
   int max_db_connections = 0;   // default for databases; 0 = unlimited
   int max_user_connections = 0;
+  // Defaults for databases' and users' client limits (pod-wide); 0 = unlimited.
+  int max_db_client_connections = 0;
+  int max_user_client_connections = 0;
   int max_prepared_statements = 200;
   std::string server_reset_query = "DISCARD ALL";
   bool server_reset_query_always = false;
@@ -145,6 +178,9 @@ struct PoolConfig {
   absl::Duration client_login_timeout = absl::Seconds(60);
   absl::Duration query_timeout = absl::ZeroDuration();
   absl::Duration query_wait_timeout = absl::Seconds(120);
+  // A client queued this long gets a NOTICE that it waits for a server (PgBouncer's
+  // query_wait_notify). Zero: none.
+  absl::Duration query_wait_notify = absl::ZeroDuration();
   absl::Duration idle_transaction_timeout = absl::ZeroDuration();
   // PgBouncer 1.25's transaction_timeout: a client whose transaction (or single statement) ran
   // longer is closed, and its server's work cancelled. Zero: off.
@@ -196,6 +232,18 @@ struct PoolConfig {
   absl::Duration tcp_keepintvl = absl::ZeroDuration();
   int tcp_keepcnt = 0;
   absl::Duration tcp_user_timeout = absl::ZeroDuration();
+  // PgBouncer's server_round_robin: idle servers are taken oldest first (FIFO), spreading load
+  // over every server (a round-robin address behind them); off: the most recently used (LIFO).
+  bool server_round_robin = false;
+  // PgBouncer's server_fast_close: in session pooling, a server marked to close (RECONNECT, a
+  // RELOAD that changed its database's target) closes, with its client, between transactions.
+  bool server_fast_close = false;
+  // PgBouncer's application_name_add_host: a client's startup application_name gets
+  // " - host:port" of its address appended.
+  bool application_name_add_host = false;
+  // PgBouncer's log_stats and stats_period: every period each worker logs its rates.
+  bool log_stats = false;
+  absl::Duration stats_period = absl::Seconds(60);
 };
 
 struct AuthConfig {
@@ -327,10 +375,15 @@ struct Config {
   PoolMode EffectivePoolMode(const DatabaseConfig& db, const std::string& user) const;
   SessionState EffectiveSessionState(const DatabaseConfig& db, const std::string& user) const;
   int EffectiveMaxPinnedServers(const DatabaseConfig& db) const;
+  // A database's pool size for SHOW and checks; a pool's own is the user's, if set (PgBouncer).
   int EffectivePoolSize(const DatabaseConfig& db) const;
+  int EffectivePoolSize(const DatabaseConfig& db, const std::string& user) const;
   int EffectiveMinPoolSize(const DatabaseConfig& db) const;
   int EffectiveReservePoolSize(const DatabaseConfig& db) const;
+  int EffectiveReservePoolSize(const DatabaseConfig& db, const std::string& user) const;
   int EffectiveMaxUserConnections(const std::string& user) const;
+  int EffectiveMaxUserClientConnections(const std::string& user) const;
+  ClientTimeouts EffectiveClientTimeouts(const std::string& user) const;
   // The auth_query, auth_user and auth_dbname that look up `db`'s clients: the database's own,
   // else the auth section's (query empty: no lookup).
   AuthConfig EffectiveAuth(const DatabaseConfig& db) const;

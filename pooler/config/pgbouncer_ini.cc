@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct Mapping {
 constexpr Mapping kSettings[] = {
     {"listen_port", "listen.port"},
     {"unix_socket_dir", "listen.unix_socket_dir"},
+    {"unix_socket_mode", "listen.unix_socket_mode"},
+    {"unix_socket_group", "listen.unix_socket_group"},
     {"listen_backlog", "listen.backlog"},
     {"pool_mode", "pool.pool_mode"},
     {"max_client_conn", "pool.max_client_conn"},
@@ -53,6 +56,14 @@ constexpr Mapping kSettings[] = {
     {"reserve_pool_timeout", "pool.reserve_pool_timeout", Form::kSeconds},
     {"max_db_connections", "pool.max_db_connections"},
     {"max_user_connections", "pool.max_user_connections"},
+    {"max_db_client_connections", "pool.max_db_client_connections"},
+    {"max_user_client_connections", "pool.max_user_client_connections"},
+    {"server_round_robin", "pool.server_round_robin"},
+    {"server_fast_close", "pool.server_fast_close"},
+    {"application_name_add_host", "pool.application_name_add_host"},
+    {"log_stats", "pool.log_stats"},
+    {"stats_period", "pool.stats_period", Form::kSeconds},
+    {"query_wait_notify", "pool.query_wait_notify", Form::kSeconds},
     {"track_extra_parameters", "pool.track_extra_parameters", Form::kList},
     {"ignore_startup_parameters", "pool.ignore_startup_parameters", Form::kList},
     {"max_prepared_statements", "pool.max_prepared_statements"},
@@ -111,16 +122,9 @@ struct Unimplemented {
 
 constexpr Unimplemented kUnimplemented[] = {
     {"user", "", "start pgfleet as the user it should run as"},
-    {"unix_socket_mode", "0777", ""},
-    {"unix_socket_group", "", ""},
-    {"max_db_client_connections", "0", ""},
-    {"max_user_client_connections", "0", ""},
-    {"server_round_robin", "0", "pgfleet reuses the most recently used server (LIFO)"},
     {"peer_id", "0",
      "pgfleet forwards cancels between its processes and pods itself (peering, README)"},
     {"disable_pqexec", "0", ""},
-    {"application_name_add_host", "0", ""},
-    {"stats_period", "60", "pgfleet's statistics are rates over 60 s"},
     {"scram_iterations", "4096", ""},
     {"auth_ident_file", "", ""},
     {"auth_ldap_options", "", ""},
@@ -128,15 +132,12 @@ constexpr Unimplemented kUnimplemented[] = {
     {"syslog_ident", "pgbouncer", "pgfleet logs to stderr"},
     {"syslog_facility", "daemon", "pgfleet logs to stderr"},
     {"log_pooler_errors", "1", "pgfleet always sends its errors to the client"},
-    {"log_stats", "0", "pgfleet's statistics are in SHOW STATS and /metrics"},
-    {"server_fast_close", "0", ""},
     {"autodb_idle_timeout", "3600", ""},
     {"pool_idle_timeout", "0", ""},
     {"dns_max_ttl", "15|0", "pgfleet resolves a host name at every server connect"},
     {"dns_nxdomain_ttl", "15|0", "pgfleet resolves a host name at every server connect"},
     {"dns_zone_check_period", "0", ""},
     {"resolv_conf", "", "pgfleet uses the system's resolver"},
-    {"query_wait_notify", "0", ""},
     {"login_notify_message", "", ""},
     {"client_tls13_ciphers", "", ""},
     {"client_tls_ecdhcurve", "auto", ""},
@@ -166,6 +167,7 @@ constexpr Mapping kDatabaseKeys[] = {
     {"reserve_pool_size", "reserve_pool_size"},
     {"pool_mode", "pool_mode"},
     {"max_db_connections", "max_db_connections"},
+    {"max_db_client_connections", "max_db_client_connections"},
     {"application_name", "application_name"},
     {"auth_user", "auth_user"},
     {"auth_query", "auth_query"},
@@ -181,35 +183,38 @@ constexpr Unimplemented kDatabaseUnimplemented[] = {
     {"timezone", "", "clients set it at login"},
     {"server_lifetime", "", ""},
     {"query_wait_timeout", "", ""},
-    {"max_db_client_connections", "0", ""},
 };
 constexpr Mapping kUserKeys[] = {
     {"pool_mode", "pool_mode"},
     {"max_user_connections", "max_user_connections"},
+    {"max_user_client_connections", "max_user_client_connections"},
+    {"pool_size", "pool_size"},
+    {"reserve_pool_size", "reserve_pool_size"},
+    {"query_timeout", "query_timeout", Form::kSeconds},
+    {"query_wait_timeout", "query_wait_timeout", Form::kSeconds},
+    {"idle_transaction_timeout", "idle_transaction_timeout", Form::kSeconds},
+    {"transaction_timeout", "transaction_timeout", Form::kSeconds},
+    {"client_idle_timeout", "client_idle_timeout", Form::kSeconds},
     {"session_state", "session_state"},
 };
-constexpr Unimplemented kUserUnimplemented[] = {
-    {"pool_size", "", ""},
-    {"reserve_pool_size", "", ""},
-    {"query_timeout", "", ""},
-    {"query_wait_timeout", "", ""},
-    {"idle_transaction_timeout", "", ""},
-    {"transaction_timeout", "", ""},
-    {"client_idle_timeout", "", ""},
-    {"max_user_client_connections", "0", ""},
-};
+// Every key PgBouncer takes in [users] is implemented.
+constexpr std::span<const Unimplemented> kUserUnimplemented;
 
 // PgBouncer's auth_query, used when auth_user is set without one.
 constexpr absl::string_view kPgBouncerAuthQuery =
     "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END FROM "
     "pg_authid WHERE rolname=$1 AND rolcanlogin";
 
-template <typename T, size_t N>
-const T* Find(const T (&table)[N], absl::string_view key) {
+template <typename T>
+const T* Find(std::span<const T> table, absl::string_view key) {
   for (const T& row : table) {
     if (row.ini == key) return &row;
   }
   return nullptr;
+}
+template <typename T, size_t N>
+const T* Find(const T (&table)[N], absl::string_view key) {
+  return Find(std::span<const T>(table), key);
 }
 
 bool IsNeutral(const Unimplemented& key, absl::string_view value) {
@@ -285,8 +290,8 @@ class Translator {
   void ReadSettings(const std::vector<IniEntry>& entries) {
     for (const IniEntry& e : entries) {
       const std::string key = absl::AsciiStrToLower(e.key);
-      if (absl::StartsWith(key, "listen_") || key == "unix_socket_dir" || key == "logfile" ||
-          key == "pidfile") {
+      if (absl::StartsWith(key, "listen_") || absl::StartsWith(key, "unix_socket_") ||
+          key == "logfile" || key == "pidfile") {
         Report(e, key, "not changeable at run time (edit the file, then RELOAD or restart)");
         continue;
       }
@@ -409,14 +414,10 @@ class Translator {
     if (key == "listen_addr") {
       std::vector<std::string> addresses = absl::StrSplit(e.value, ',', absl::SkipWhitespace());
       for (auto& address : addresses) address = std::string(absl::StripAsciiWhitespace(address));
-      if (addresses.size() > 1) {
-        Report(e, key,
-               absl::StrCat("several listen addresses are not supported yet (got ", e.value,
-                            "); use * for all of them"));
-      } else if (addresses.empty()) {
+      if (addresses.empty()) {
         Report(e, key, "empty (a unix socket only) is not supported: pgfleet needs a TCP address");
       } else {
-        PutText("listen.address", addresses.front(), &e, key);
+        PutText("listen.address", absl::StrJoin(addresses, ","), &e, key);
       }
     } else if (key == "auth_type") {
       ReadAuthType(e);
@@ -457,9 +458,8 @@ class Translator {
   }
 
   // name = connection string, in [databases] or [users].
-  template <size_t N, size_t M>
-  void ReadEntry(const IniEntry& e, absl::string_view section, const Mapping (&keys)[N],
-                 const Unimplemented (&unimplemented)[M]) {
+  void ReadEntry(const IniEntry& e, absl::string_view section, std::span<const Mapping> keys,
+                 std::span<const Unimplemented> unimplemented) {
     std::vector<std::pair<std::string, std::string>> pairs;
     std::string error;
     if (!SplitPairs(e.value, &pairs, &error)) {
@@ -471,7 +471,8 @@ class Translator {
     for (const auto& [key, value] : pairs) {
       const std::string where = absl::StrCat(section, ".", e.key, ": ", key);
       if (const Mapping* m = Find(keys, key)) {
-        Put({std::string(section), e.key, std::string(m->yaml)}, YAML::Node(value), &e, where);
+        Put({std::string(section), e.key, std::string(m->yaml)}, Convert(m->form, value), &e,
+            where);
       } else if (section == "databases" && key == "load_balance_hosts") {
         ReadLoadBalanceHosts(e, where, value);
       } else if (const Unimplemented* u = Find(unimplemented, key)) {
@@ -536,6 +537,8 @@ class Translator {
     default_to("tls.server_tls_sslmode", "server_tls_sslmode", "prefer");
     default_to("listen.unix_socket_dir", "unix_socket_dir", "/tmp");
     default_to("listen.backlog", "listen_backlog", "128");
+    default_to("pool.query_wait_notify", "query_wait_notify", "5s");
+    default_to("pool.log_stats", "log_stats", "true");
     if (IsSet("auth.user")) default_to("auth.query", "auth_query", kPgBouncerAuthQuery);
     // A database's auth_user without a query anywhere runs PgBouncer's default query.
     if (!IsSet("auth.query") && root_["databases"]) {

@@ -1,6 +1,8 @@
 // Semantic checks on a typed Config, and the one place config problems become a Status.
 #include "pooler/config/validate.h"
 
+#include <grp.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -53,7 +55,7 @@ bool IsHostPort(const std::string& value) {
 }
 
 void CheckListen(const ListenConfig& listen, std::vector<Issue>& issues) {
-  if (listen.address.empty()) {
+  if (listen.Addresses().empty()) {
     Add(issues, "listen.address", "must not be empty (use \"*\" to listen on all addresses)");
   }
   if (listen.port < 0 || listen.port > 65535) {
@@ -61,6 +63,10 @@ void CheckListen(const ListenConfig& listen, std::vector<Issue>& issues) {
         absl::StrCat("must be between 0 and 65535 (0 picks a free port), got ", listen.port));
   }
   CheckAtLeast(issues, "listen.backlog", listen.backlog, 1);
+  if (!listen.unix_socket_group.empty() && getgrnam(listen.unix_socket_group.c_str()) == nullptr) {
+    Add(issues, "listen.unix_socket_group",
+        absl::StrCat("no such group: ", listen.unix_socket_group));
+  }
 }
 
 void CheckWorkers(const std::string& workers, std::vector<Issue>& issues) {

@@ -88,6 +88,8 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.Int("max_client_conn", pool.max_client_conn);
   s.Int("max_db_connections", pool.max_db_connections);
   s.Int("max_user_connections", pool.max_user_connections);
+  s.Int("max_db_client_connections", pool.max_db_client_connections);
+  s.Int("max_user_client_connections", pool.max_user_client_connections);
   s.Int("max_prepared_statements", pool.max_prepared_statements);
   s.String("server_reset_query", pool.server_reset_query);
   s.Bool("server_reset_query_always", pool.server_reset_query_always);
@@ -101,6 +103,7 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.Duration("client_login_timeout", pool.client_login_timeout);
   s.Duration("query_timeout", pool.query_timeout);
   s.Duration("query_wait_timeout", pool.query_wait_timeout);
+  s.Duration("query_wait_notify", pool.query_wait_notify);
   s.Duration("idle_transaction_timeout", pool.idle_transaction_timeout);
   s.Duration("transaction_timeout", pool.transaction_timeout);
   s.Duration("cancel_wait_timeout", pool.cancel_wait_timeout);
@@ -122,6 +125,11 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.Duration("tcp_keepintvl", pool.tcp_keepintvl);
   s.Int("tcp_keepcnt", pool.tcp_keepcnt);
   s.Duration("tcp_user_timeout", pool.tcp_user_timeout);
+  s.Bool("server_round_robin", pool.server_round_robin);
+  s.Bool("server_fast_close", pool.server_fast_close);
+  s.Bool("application_name_add_host", pool.application_name_add_host);
+  s.Bool("log_stats", pool.log_stats);
+  s.Duration("stats_period", pool.stats_period);
 }
 
 void ReadTls(Section& s, TlsConfig& tls) {
@@ -155,6 +163,7 @@ void ReadDatabases(Loader& loader, const YAML::Node& node, int line, const PoolC
     DatabaseConfig db;
     db.name = name;
     db.max_db_connections = pool.max_db_connections;
+    db.max_db_client_connections = pool.max_db_client_connections;
     Section s(loader, *value, JoinPath("databases", name), key_line);
     s.HostList("host", db.hosts);
     s.PortList("port", db.ports);
@@ -172,6 +181,7 @@ void ReadDatabases(Loader& loader, const YAML::Node& node, int line, const PoolC
     s.OptionalInt("min_pool_size", db.overrides.min_pool_size);
     s.OptionalInt("reserve_pool_size", db.overrides.reserve_pool_size);
     s.Int("max_db_connections", db.max_db_connections);
+    s.Int("max_db_client_connections", db.max_db_client_connections);
     s.String("application_name", db.application_name);
     s.String("auth_user", db.auth_user);
     s.String("auth_query", db.auth_query);
@@ -195,11 +205,20 @@ void ReadUsers(Loader& loader, const YAML::Node& node, int line, const PoolConfi
     UserConfig user;
     user.name = name;
     user.max_user_connections = pool.max_user_connections;
+    user.max_user_client_connections = pool.max_user_client_connections;
     Section s(loader, *value, JoinPath("users", name), key_line);
     s.Mode("pool_mode", user.pool_mode);
     s.OptionalEnum("session_state", user.session_state, ParseSessionState,
                    "one of track, refuse, pass");
     s.Int("max_user_connections", user.max_user_connections);
+    s.Int("max_user_client_connections", user.max_user_client_connections);
+    s.OptionalInt("pool_size", user.pool_size);
+    s.OptionalInt("reserve_pool_size", user.reserve_pool_size);
+    s.OptionalDuration("query_timeout", user.query_timeout);
+    s.OptionalDuration("query_wait_timeout", user.query_wait_timeout);
+    s.OptionalDuration("idle_transaction_timeout", user.idle_transaction_timeout);
+    s.OptionalDuration("transaction_timeout", user.transaction_timeout);
+    s.OptionalDuration("client_idle_timeout", user.client_idle_timeout);
     s.Finish();
     out.emplace(name, std::move(user));
   }
@@ -224,6 +243,8 @@ bool ReadRoot(Loader& loader, const YAML::Node& root, Config& config) {
     listen.String("address", config.listen.address);
     listen.Int("port", config.listen.port);
     listen.String("unix_socket_dir", config.listen.unix_socket_dir);
+    listen.FileMode("unix_socket_mode", config.listen.unix_socket_mode);
+    listen.String("unix_socket_group", config.listen.unix_socket_group);
     listen.Int("backlog", config.listen.backlog);
     listen.Bool("balance_clients", config.listen.balance_clients);
     listen.Finish();

@@ -137,6 +137,12 @@ class Section {
   }
 
   void Duration(absl::string_view key, absl::Duration& out) {
+    std::optional<absl::Duration> value;
+    OptionalDuration(key, value);
+    if (value) out = *value;
+  }
+
+  void OptionalDuration(absl::string_view key, std::optional<absl::Duration>& out) {
     Entry* e = Take(key);
     if (e == nullptr) return;
     if (!e->value.IsScalar()) {
@@ -148,6 +154,24 @@ class Section {
       out = *value;
     } else {
       loader_.Report(JoinPath(path_, key), std::string(value.status().message()), e->line);
+    }
+  }
+
+  // A file mode in octal, as chmod takes it ("0777", "660").
+  void FileMode(absl::string_view key, int& out) {
+    Entry* e = Take(key);
+    if (e == nullptr) return;
+    const std::string text = e->value.IsScalar() ? e->value.Scalar() : "";
+    int mode = 0;
+    bool ok = !text.empty() && text.size() <= 5;
+    for (char c : text) {
+      ok = ok && c >= '0' && c <= '7';
+      mode = mode * 8 + (c - '0');
+    }
+    if (ok && mode <= 07777) {
+      out = mode;
+    } else {
+      Bad(*e, "a file mode in octal such as 0777 or 0660");
     }
   }
 

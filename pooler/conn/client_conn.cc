@@ -227,6 +227,17 @@ void ClientConn::Fatal(std::string_view sqlstate, std::string_view message) {
   Close(message);
 }
 
+void ClientConn::NoticeQueued() {
+  if (closed() || wait_noticed_) return;
+  wait_noticed_ = true;
+  protocol::StringSink sink;
+  // PgBouncer's words, which scripts may look for.
+  protocol::BuildNoticeResponse(
+      sink, "NOTICE", protocol::sqlstate::kSuccessfulCompletion,
+      "No server connection available in postgres backend, client being queued");
+  if (!Send(AsBytes(sink.bytes()))) Close("write failed");
+}
+
 void ClientConn::SendWelcome(const std::vector<std::pair<std::string, std::string>>& server_params,
                              const ParamSet& server_defaults) {
   ParamSet& params = stream_.params;

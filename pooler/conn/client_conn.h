@@ -53,6 +53,9 @@ class ClientHost {
   virtual ClientCancels& cancels() = 0;
   // False for a database the console disabled (DISABLE db): its new clients are refused.
   virtual bool AcceptsClients(const std::string& database) const = 0;
+  // Counts `client` under its database's and user's client limits (pod-wide): the name of the
+  // limit that is full, or empty when it may stay. DeleteClient gives back what it counted.
+  virtual std::string_view CountClient(ClientConn* client) = 0;
 };
 
 class ClientConn final : public LinkedClient, public base::ListNode {
@@ -110,12 +113,24 @@ class ClientConn final : public LinkedClient, public base::ListNode {
   // startup with 53300).
   bool holds_client_slot() const { return holds_client_slot_; }
   void set_holds_client_slot(bool v) { holds_client_slot_ = v; }
+  // The keys of the pod's counts it holds a unit of (ClientHost::CountClient).
+  struct CountedKeys {
+    std::optional<uint32_t> database;
+    std::optional<uint32_t> user;
+  };
+  CountedKeys& counted_keys() { return counted_keys_; }
 
   absl::Time connected_at() const { return connected_at_; }
   // Since when it waits for a server, on the loop's integer clock (net::EventLoop::now_us).
   int64_t wait_started_at_us() const { return wait_started_at_us_; }
   absl::Time wait_started_at() const { return absl::FromUnixMicros(wait_started_at_us_); }
-  void set_wait_started_at(int64_t now_us) { wait_started_at_us_ = now_us; }
+  void set_wait_started_at(int64_t now_us) {
+    wait_started_at_us_ = now_us;
+    wait_noticed_ = false;
+  }
+  // Tells the client, once per wait, that its query is queued for a server (PgBouncer's
+  // query_wait_notify).
+  void NoticeQueued();
   absl::Time last_activity_at() const { return last_activity_at_; }
 
   // Queues bytes for the client (admin console answers); false when the socket failed.
@@ -216,6 +231,8 @@ class ClientConn final : public LinkedClient, public base::ListNode {
   bool notifications_drop_logged_ = false;  // one log line per client, the count in the stats
 
   absl::Time connected_at_;
+  bool wait_noticed_ = false;
+  CountedKeys counted_keys_;
   int64_t wait_started_at_us_ = 0;
   absl::Time last_activity_at_;
 };

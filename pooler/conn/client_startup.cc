@@ -167,6 +167,15 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
       return;
     }
   }
+  if (config.pool.application_name_add_host) {
+    // PgBouncer's application_name_add_host: at login only; a later SET is the client's own.
+    if (const int slot = context_.tracked_params().Find("application_name"); slot >= 0) {
+      const auto at = static_cast<size_t>(slot);
+      const std::string name = base::StrCat(
+          stream_.params.IsSet(at) ? stream_.params.Get(at) : "app", " - ", peer_address_);
+      stream_.params.Set(at, name);
+    }
+  }
   if (protocol.negotiate) {
     protocol::StringSink sink;
     protocol::BuildNegotiateProtocolVersion(sink, protocol.version, protocol.unrecognized);
@@ -214,6 +223,11 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
     Fatal(protocol::sqlstate::kObjectNotInPrerequisiteState,
           base::StrCat("database \"", database_,
                        "\" is not accepting connections (DISABLE on the admin console)"));
+    return;
+  } else if (const std::string_view full = host_.CountClient(this); !full.empty()) {
+    ++context_.counters().clients_rejected_max_client_conn;
+    Fatal(protocol::sqlstate::kTooManyConnections,
+          base::StrCat("no more connections allowed (", full, ")"));
     return;
   }
   BeginAuth();

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <sys/stat.h>
@@ -64,7 +65,8 @@ absl::StatusOr<int> ListenTcp(const std::string& address, int port, int backlog)
   return fd;
 }
 
-absl::StatusOr<int> ListenUnix(const std::string& dir, int port, int backlog) {
+absl::StatusOr<int> ListenUnix(const std::string& dir, int port, int backlog,
+                               const UnixSocketAccess& access) {
   std::string path = UnixPath(dir, port);
   struct sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
@@ -80,7 +82,24 @@ absl::StatusOr<int> ListenUnix(const std::string& dir, int port, int backlog) {
     close(fd);
     return status;
   }
-  chmod(path.c_str(), 0777);
+  if (chmod(path.c_str(), static_cast<mode_t>(access.mode)) != 0) {
+    auto status = Errno(base::StrCat("chmod ", path));
+    close(fd);
+    return status;
+  }
+  if (!access.group.empty()) {
+    const struct group* group = getgrnam(access.group.c_str());
+    if (group == nullptr) {
+      close(fd);
+      return absl::InvalidArgumentError(
+          base::StrCat("unix_socket_group: no such group: ", access.group));
+    }
+    if (chown(path.c_str(), static_cast<uid_t>(-1), group->gr_gid) != 0) {
+      auto status = Errno(base::StrCat("chown ", path, " to group ", access.group));
+      close(fd);
+      return status;
+    }
+  }
   if (listen(fd, backlog) != 0) {
     close(fd);
     return Errno("listen");

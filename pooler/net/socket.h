@@ -19,8 +19,14 @@ absl::Status Errno(std::string_view what);
 // A TCP listener on `address:port` ("*"/"0.0.0.0" = any IPv4, "::" = any IPv6) with
 // SO_REUSEADDR and SO_REUSEPORT, so several worker processes can share the port.
 absl::StatusOr<int> ListenTcp(const std::string& address, int port, int backlog);
-// A unix listener at `dir`/.s.PGSQL.`port` (a stale file is replaced), mode 0777 like PostgreSQL.
-absl::StatusOr<int> ListenUnix(const std::string& dir, int port, int backlog);
+// A unix listener at `dir`/.s.PGSQL.`port` (a stale file is replaced), with the file's `mode`
+// (0777 like PostgreSQL's default) and `group` (empty: the process's).
+struct UnixSocketAccess {
+  int mode = 0777;
+  std::string group;
+};
+absl::StatusOr<int> ListenUnix(const std::string& dir, int port, int backlog,
+                               const UnixSocketAccess& access = {});
 // The port a bound socket listens on (to report `listen.port: 0`).
 int BoundPort(int fd);
 

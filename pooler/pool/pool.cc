@@ -60,10 +60,11 @@ void Pool::UpdateRelaySettings() {
                                    pool_config.server_check_query != "-"
                                ? absl::ToInt64Microseconds(pool_config.server_check_delay)
                                : -1;
+  round_robin_ = pool_config.server_round_robin;
   pins_.set_limit(context_.config().EffectiveMaxPinnedServers(db_));
 }
 
-int Pool::pool_size() const { return context_.config().EffectivePoolSize(db_); }
+int Pool::pool_size() const { return context_.config().EffectivePoolSize(db_, user_); }
 
 void Pool::ApplyConfig(const config::DatabaseConfig& db) {
   const bool target_changed = !db.SameTarget(db_);
@@ -164,7 +165,13 @@ void Pool::Link(ClientConn* client, ServerConn* server) {
 }
 
 ServerConn* Pool::TakeIdleServer(int64_t now) {
-  while (ServerConn* server = servers_[ServerState::kIdle].front()) {
+  // The idle list runs from the most recently used: LIFO by default, oldest first (FIFO) with
+  // server_round_robin.
+  const auto next = [this] {
+    return round_robin_ ? servers_[ServerState::kIdle].back()
+                        : servers_[ServerState::kIdle].front();
+  };
+  while (ServerConn* server = next()) {
     // A server retires once it served past its lifetime: one that never served a client is kept
     // (a lifetime shorter than a login, PgBouncer's server_lifetime = 0, means "use once").
     if (server_lifetime_us_ > 0 && server->linked_at_us() != 0 &&
@@ -371,7 +378,7 @@ void Pool::ReleaseServer(ServerConn* server) {
     // Closed: the pod holds more of its database than the controller's share.
   } else if (server->close_on_release() ||
              host_->budget().PodServers(*this) >
-                 pool_size() + context_.config().EffectiveReservePoolSize(db_)) {
+                 pool_size() + context_.config().EffectiveReservePoolSize(db_, user_)) {
     // Over the pod's size (a reload made the pool smaller).
     server->Close("pool over size");
   } else {
@@ -513,121 +520,6 @@ void Pool::Shutdown(std::string_view reason) {
   // Servers whose clients just left mid-query run on in PostgreSQL until their cancel lands:
   // they close once they have answered, and count against the budgets until then.
   for (ServerConn* server : servers_.In({ServerState::kDraining})) server->MarkCloseOnRelease();
-}
-
-bool Pool::CloseIdleClients(std::string_view reason, absl::Time now) {
-  constexpr absl::Duration kIdleGrace = absl::Seconds(1);
-  std::vector<ClientConn*> idle;
-  for (ClientConn* c : clients_.In({ClientState::kIdle})) {
-    if (now - c->last_activity_at() > kIdleGrace && c->in().empty()) idle.push_back(c);
-  }
-  // A client whose session state pins its server is between transactions too when that server
-  // could be released: it goes as an idle one does (its server is reset on the way).
-  for (ClientConn* c : clients_.In({ClientState::kActive})) {
-    const ServerConn* server = c->server();
-    if (mode_ != config::PoolMode::kSession && server != nullptr && server->IsReleasable() &&
-        c->session().pinned() && now - c->last_activity_at() > kIdleGrace && c->in().empty()) {
-      idle.push_back(c);
-    }
-  }
-  for (ClientConn* c : idle) c->Fatal(protocol::sqlstate::kAdminShutdown, reason);
-  return client_count() == 0;
-}
-
-void Pool::Maintain(absl::Time now) {
-  const auto& pc = context_.config().pool;
-  std::vector<ClientConn*> expired;
-  // Clients queued too long.
-  if (pc.query_wait_timeout > absl::ZeroDuration()) {
-    for (ClientConn* c : clients_.In({ClientState::kWaiting})) {
-      if (now - c->wait_started_at() > pc.query_wait_timeout) expired.push_back(c);
-    }
-    for (ClientConn* c : clients_.In({ClientState::kSettingsCheck, ClientState::kWelcome})) {
-      if (now - c->connected_at() > pc.query_wait_timeout) expired.push_back(c);
-    }
-  }
-  for (ClientConn* c : expired) {
-    c->Fatal(protocol::sqlstate::kConnectionFailure,
-             "query_wait_timeout: no server connection became available in time");
-  }
-  expired.clear();
-  ExpireHubWaiters(now);
-  RefreshWelcome(now);
-  // Idle clients.
-  if (pc.client_idle_timeout > absl::ZeroDuration()) {
-    for (ClientConn* c : clients_.In({ClientState::kIdle})) {
-      // A client listening through the hub waits for notifications: it is no more idle than
-      // one whose LISTEN pinned its server (kActive) was before the hub.
-      if (now - c->last_activity_at() > pc.client_idle_timeout && !hub_.HasChannels(c)) {
-        expired.push_back(c);
-      }
-    }
-    for (ClientConn* c : expired) {
-      c->Fatal(protocol::sqlstate::kIdleSessionTimeout, "client_idle_timeout");
-    }
-    expired.clear();
-  }
-  // Linked clients: query_timeout, transaction_timeout and idle_transaction_timeout.
-  struct TimedOut {
-    ClientConn* client;
-    std::string_view sqlstate;
-    std::string_view message;
-  };
-  std::vector<TimedOut> timed_out;
-  for (ServerConn* s : servers_.In({ServerState::kActive})) {
-    ClientConn* c = ClientOf(s);
-    if (c == nullptr) continue;
-    if (pc.query_timeout > absl::ZeroDuration() && s->query_in_progress() &&
-        now - s->query_started_at() > pc.query_timeout) {
-      timed_out.push_back({c, protocol::sqlstate::kQueryCanceled,
-                           "query_timeout: query ran longer than the configured limit"});
-    } else if (pc.transaction_timeout > absl::ZeroDuration() &&
-               (s->query_in_progress() || s->in_transaction()) &&
-               now - s->transaction_started_at() > pc.transaction_timeout) {
-      timed_out.push_back(
-          {c, protocol::sqlstate::kTransactionTimeout,
-           "transaction_timeout: transaction ran longer than the configured limit"});
-    } else if (pc.idle_transaction_timeout > absl::ZeroDuration() && !s->query_in_progress() &&
-               s->in_transaction() && now - c->last_activity_at() > pc.idle_transaction_timeout) {
-      timed_out.push_back({c, protocol::sqlstate::kIdleInTransactionTimeout,
-                           "idle_transaction_timeout: transaction was idle too long"});
-    }
-  }
-  // Closing the client cancels what its server runs and drains the server (RemoveClient).
-  for (const TimedOut& t : timed_out) t.client->Fatal(t.sqlstate, t.message);
-  // Servers: connect timeout, idle timeout, lifetime.
-  std::vector<std::pair<ServerConn*, const char*>> to_close;
-  for (ServerConn* s : servers_.In({ServerState::kConnecting, ServerState::kLogin})) {
-    if (now - s->created_at() > pc.server_connect_timeout)
-      to_close.emplace_back(s, "connect timeout");
-  }
-  // min_pool_size is the pod's: idle servers close while the pod keeps more than that.
-  int count = host_->budget().PodServers(*this);
-  const int min_size = context_.config().EffectiveMinPoolSize(db_);
-  for (auto* s = servers_[ServerState::kIdle].back(); s != nullptr;
-       s = static_cast<ServerConn*>(s->prev)) {
-    if (pc.server_lifetime > absl::ZeroDuration() && s->linked_at_us() != 0 &&
-        now - s->created_at() > pc.server_lifetime) {
-      to_close.emplace_back(s, "server lifetime over");
-    } else if (pc.server_idle_timeout > absl::ZeroDuration() && count > min_size &&
-               now - s->last_used_at() > pc.server_idle_timeout) {
-      to_close.emplace_back(s, "server idle timeout");
-      --count;
-    }
-  }
-  for (auto [s, reason] : to_close) s->Close(reason);
-  ExpireDraining(now);
-  // Reserve pool: a client waiting past reserve_pool_timeout may use extra servers.
-  if (!clients_[ClientState::kWaiting].empty() &&
-      context_.config().EffectiveReservePoolSize(db_) > 0 &&
-      max_wait(now) > pc.reserve_pool_timeout) {
-    LaunchServer(ServerBudget::Purpose::kReserve);
-  }
-  // Ahead of demand up to the pod's min_pool_size; the pod's count decides, so the workers
-  // together open exactly that many.
-  while (LaunchServer(ServerBudget::Purpose::kMinPoolSize)) {
-  }
-  ServeWaiting();
 }
 
 }  // namespace pgfleet::pool

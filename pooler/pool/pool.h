@@ -203,7 +203,7 @@ class Pool final : public BudgetedPool {
   void OnHubServerLost();
   // The hub waited query_wait_timeout for a server: the clients whose LISTEN waits get the
   // queued clients' FATAL.
-  void ExpireHubWaiters(absl::Time now);
+  void ExpireHubWaiters(absl::Time now, absl::Duration limit);
   // Keeps the welcome true while nothing runs: see Pool::RefreshWelcome.
   void RefreshWelcome(absl::Time now);
   // A check, reset or refresh query on `server` (kTesting until its ReadyForQuery makes it idle);
@@ -282,6 +282,7 @@ class Pool final : public BudgetedPool {
   // by UpdateRelaySettings.
   int64_t server_lifetime_us_ = -1;
   int64_t server_check_delay_us_ = -1;
+  bool round_robin_ = false;  // server_round_robin
 
   ClientLists clients_{ClientState::kSettingsCheck, ClientState::kWelcome, ClientState::kIdle,
                        ClientState::kWaiting, ClientState::kActive};

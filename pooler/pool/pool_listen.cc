@@ -76,8 +76,7 @@ void Pool::ApplyRelayedUnlistens(LinkedClient* client) {
   SettleHub();
 }
 
-void Pool::ExpireHubWaiters(absl::Time now) {
-  const absl::Duration limit = context_.config().pool.query_wait_timeout;
+void Pool::ExpireHubWaiters(absl::Time now, absl::Duration limit) {
   if (!hub_.wants_server() || limit <= absl::ZeroDuration() || now - hub_wait_started_ <= limit) {
     return;
   }

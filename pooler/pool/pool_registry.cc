@@ -233,8 +233,39 @@ void PoolRegistry::DeleteClient(ClientConn* client) {
   }
   clients_by_id_.erase(client->id());
   if (client->holds_client_slot()) client_budget_.Release();
+  ClientConn::CountedKeys& counted = client->counted_keys();
+  if (counted.database) budget_.pod().Release({*counted.database});
+  if (counted.user) budget_.pod().Release({*counted.user});
+  counted = {};
   --client_count_;
   context_.loop().DeferredDelete(std::unique_ptr<net::DeferredDeletable>(client));
+}
+
+std::string_view PoolRegistry::CountClient(ClientConn* client) {
+  // PgBouncer's max_db_client_connections and max_user_client_connections, for the whole pod.
+  // Counted only where a limit is set: a limit a RELOAD adds counts the clients that come after.
+  const auto& config = context_.config();
+  const auto db = config.FindDatabase(client->database());
+  const int db_limit = db.has_value() ? db->max_db_client_connections : 0;
+  const int user_limit = config.EffectiveMaxUserClientConnections(client->user());
+  budget::PodServerCounts& pod = budget_.pod();
+  ClientConn::CountedKeys& counted = client->counted_keys();
+  if (db_limit > 0) {
+    const auto key =
+        pod.Intern(budget::PodServerCounts::DatabaseClientsKeyText(client->database()));
+    if (key.has_value()) {
+      if (!pod.TryReserve({{*key, db_limit}})) return "max_db_client_connections";
+      counted.database = key;
+    }
+  }
+  if (user_limit > 0) {
+    const auto key = pod.Intern(budget::PodServerCounts::UserClientsKeyText(client->user()));
+    if (key.has_value()) {
+      if (!pod.TryReserve({{*key, user_limit}})) return "max_user_client_connections";
+      counted.user = key;
+    }
+  }
+  return {};
 }
 
 ClientConn* PoolRegistry::FindClient(uint64_t id) const {

@@ -102,6 +102,7 @@ class PoolRegistry final : public ClientHost,
   void EndLogin() override { --logins_in_progress_; }
   // The admin console (null = the "pgfleet" database is an ordinary name).
   AdminConsoleHandler* admin_console() const override { return admin_console_; }
+  std::string_view CountClient(ClientConn* client) override;
   bool AcceptsClients(const std::string& database) const override {
     return !pause_state_.IsDisabled(database);
   }

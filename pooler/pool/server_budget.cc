@@ -43,8 +43,9 @@ std::optional<ServerRoom> ServerBudget::Reserve(const BudgetedPool& pool, Purpos
   const auto& keys = pool.PodKeysOf();
   if (!keys.has_value()) return std::nullopt;
   const config::Config& config = context_.config();
-  int pool_limit = config.EffectivePoolSize(pool.db());
-  if (purpose == Purpose::kReserve) pool_limit += config.EffectiveReservePoolSize(pool.db());
+  int pool_limit = config.EffectivePoolSize(pool.db(), pool.user());
+  if (purpose == Purpose::kReserve)
+    pool_limit += config.EffectiveReservePoolSize(pool.db(), pool.user());
   if (purpose == Purpose::kMinPoolSize) pool_limit = config.EffectiveMinPoolSize(pool.db());
   if (pool_limit <= 0) return std::nullopt;
   const int db_limit = DatabaseLimit(pool, keys->database);
@@ -67,8 +68,8 @@ std::optional<ServerRoom> ServerBudget::TryOpen(const BudgetedPool& pool, Purpos
   // pool's: when the pool itself is at its size in the pod, nothing to evict for.
   const config::Config& config = context_.config();
   const int pool_size =
-      config.EffectivePoolSize(pool.db()) +
-      (purpose == Purpose::kReserve ? config.EffectiveReservePoolSize(pool.db()) : 0);
+      config.EffectivePoolSize(pool.db(), pool.user()) +
+      (purpose == Purpose::kReserve ? config.EffectiveReservePoolSize(pool.db(), pool.user()) : 0);
   if (purpose == Purpose::kMinPoolSize || pod_.Total(keys->pool) >= pool_size) return std::nullopt;
   if (!EvictIdleServerFor(pool)) return std::nullopt;
   return Reserve(pool, purpose);
@@ -132,7 +133,7 @@ int ServerBudget::UserServerCount(const std::string& user) const {
 ServerBudget::FullBudgets ServerBudget::BudgetsFullFor(const BudgetedPool& pool) {
   const auto& keys = pool.PodKeysOf();
   if (!keys.has_value()) return {};
-  const int pool_size = context_.config().EffectivePoolSize(pool.db());
+  const int pool_size = context_.config().EffectivePoolSize(pool.db(), pool.user());
   if (pod_.Total(keys->pool) >= pool_size) return {};
   const int db_limit = DatabaseLimit(pool, keys->database);
   const int user_limit = context_.config().EffectiveMaxUserConnections(pool.server_user());

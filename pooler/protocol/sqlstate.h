@@ -5,6 +5,7 @@
 
 namespace pgfleet::protocol::sqlstate {
 
+inline constexpr std::string_view kSuccessfulCompletion = "00000";  // a NOTICE of pgfleet's own
 inline constexpr std::string_view kProtocolViolation = "08P01";
 inline constexpr std::string_view kConnectionFailure = "08006";
 inline constexpr std::string_view kInvalidPassword = "28P01";

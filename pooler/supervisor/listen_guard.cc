@@ -103,7 +103,7 @@ std::string ProcessName(int pid) {
 }  // namespace
 
 ListenGuard::~ListenGuard() {
-  if (lock_fd_ >= 0) close(lock_fd_);
+  for (int fd : lock_fds_) close(fd);
 }
 
 std::string ListenLockName(const std::string& address, int port) {
@@ -122,7 +122,7 @@ absl::Status ListenGuard::Acquire(const std::string& address, int port,
     if (fd >= 0 && bind(fd, reinterpret_cast<const sockaddr*>(&addr), length) == 0) {
       // Listening, so that a pgfleet refused can connect and learn who holds it (SO_PEERCRED).
       listen(fd, 4);
-      lock_fd_ = fd;
+      lock_fds_.push_back(fd);
     } else if (fd >= 0) {
       const int bind_errno = errno;
       close(fd);

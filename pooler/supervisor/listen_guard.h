@@ -19,6 +19,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -41,10 +42,11 @@ class ListenGuard {
   [[nodiscard]] static absl::Status CheckUnixSocketFree(const std::string& unix_socket_dir,
                                                         int port);
 
-  bool locked() const { return lock_fd_ >= 0; }
+  // Each address of a pod that listens on several is acquired in turn.
+  bool locked() const { return !lock_fds_.empty(); }
 
  private:
-  int lock_fd_ = -1;
+  std::vector<int> lock_fds_;
 };
 
 // The lock's name in the abstract namespace, without its leading NUL (an empty address is "*").

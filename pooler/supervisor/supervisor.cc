@@ -82,7 +82,9 @@ Supervisor::~Supervisor() {
 }
 
 void Supervisor::CloseListeners() {
-  for (int fd : tcp_fds_) close(fd);
+  for (const auto& fds : tcp_fds_) {
+    for (int fd : fds) close(fd);
+  }
   tcp_fds_.clear();
   if (unix_fd_ >= 0) close(unix_fd_);
   unix_fd_ = -1;
@@ -179,8 +181,12 @@ absl::Status Supervisor::Init() {
   // Before anything binds: a second pgfleet on this address and port (or anything else listening
   // there) is refused, where SO_REUSEPORT would let it in to take a share of the clients
   // (listen_guard.h).
-  RETURN_IF_ERROR(listen_guard_.Acquire(config_.listen.address, config_.listen.port,
-                                        config_.listen.unix_socket_dir));
+  bool first = true;
+  for (const std::string& address : config_.listen.Addresses()) {
+    RETURN_IF_ERROR(listen_guard_.Acquire(address, config_.listen.port,
+                                          first ? config_.listen.unix_socket_dir : ""));
+    first = false;
+  }
   // Metrics first: once the client port is bound it accepts, and workers should follow at once.
   RETURN_IF_ERROR(StartMetrics());
   RETURN_IF_ERROR(CreateListeners());
@@ -202,9 +208,12 @@ absl::Status Supervisor::CreateListeners() {
   const auto& listen = config_.listen;
   int port = listen.port;
   for (int i = 0; i < worker_count_; ++i) {
-    ASSIGN_OR_RETURN(int fd, net::ListenTcp(listen.address, port, listen.backlog));
-    if (port == 0) port = net::BoundPort(fd);  // the rest join the port the first one got
-    tcp_fds_.push_back(fd);
+    tcp_fds_.emplace_back();
+    for (const std::string& address : listen.Addresses()) {
+      ASSIGN_OR_RETURN(int fd, net::ListenTcp(address, port, listen.backlog));
+      if (port == 0) port = net::BoundPort(fd);  // the rest join the port the first one got
+      tcp_fds_.back().push_back(fd);
+    }
   }
   port_ = port;
   PGFLEET_LOG(kInfo, "listening", "address=", listen.address, " port=", port_,
@@ -214,7 +223,9 @@ absl::Status Supervisor::CreateListeners() {
     if (listen.port == 0) {
       RETURN_IF_ERROR(ListenGuard::CheckUnixSocketFree(listen.unix_socket_dir, port_));
     }
-    ASSIGN_OR_RETURN(unix_fd_, net::ListenUnix(listen.unix_socket_dir, port_, listen.backlog));
+    ASSIGN_OR_RETURN(unix_fd_, net::ListenUnix(listen.unix_socket_dir, port_, listen.backlog,
+                                               net::UnixSocketAccess{listen.unix_socket_mode,
+                                                                     listen.unix_socket_group}));
     PGFLEET_LOG(kInfo, "listening", "unix_socket_dir=", listen.unix_socket_dir, " port=", port_);
   }
   return absl::OkStatus();
@@ -358,7 +369,7 @@ pid_t Supervisor::Spawn(int slot) {
     PGFLEET_LOG(kWarning, "metrics_slots_exhausted", "slot=", slot);
   }
   const int metrics_fd = metrics_slot >= 0 ? metrics_region_->fd() : -1;
-  std::vector<int> listen_fds = {tcp_fds_[static_cast<size_t>(slot)]};
+  std::vector<int> listen_fds = tcp_fds_[static_cast<size_t>(slot)];
   if (unix_fd_ >= 0) listen_fds.push_back(unix_fd_);
   std::vector<std::string> args = {
       "--config",

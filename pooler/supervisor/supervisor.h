@@ -102,9 +102,9 @@ class Supervisor {
   config::Config config_;
   int worker_count_ = 0;
   int port_ = 0;
-  ListenGuard listen_guard_;  // holds the address's lock while the pod runs
-  std::vector<int> tcp_fds_;  // one per slot
-  int unix_fd_ = -1;          // shared by all workers
+  ListenGuard listen_guard_;               // holds the address's lock while the pod runs
+  std::vector<std::vector<int>> tcp_fds_;  // per slot, one per listen address
+  int unix_fd_ = -1;                       // shared by all workers
   int budget_fd_ = -1;
   int pod_servers_fd_ = -1;  // budget::PodServerCounts region
   std::string runtime_dir_;

@@ -61,6 +61,7 @@ absl::Status Worker::Init() {
   registry_->context().set_tls(std::move(tls));
   if (fleet_->budget_caps()) registry_->budget().EnableDatabaseCaps();
   StartStats(fleet_config);
+  loop_.RunEvery(absl::Seconds(1), [this] { LogStats(); });
   if (options_.client_budget_fd >= 0) {
     RETURN_IF_ERROR(
         registry_->client_budget().AttachShared(options_.client_budget_fd, local_peer_id));
@@ -101,12 +102,18 @@ absl::Status Worker::Init() {
   std::vector<int> fds = options_.inherited_listen_fds;
   if (fds.empty()) {
     const auto& listen = config_->listen;
-    ASSIGN_OR_RETURN(int tcp_fd, net::ListenTcp(listen.address, listen.port, listen.backlog));
-    fds.push_back(tcp_fd);
-    const int port = net::BoundPort(tcp_fd);
-    PGFLEET_LOG(kInfo, "listening", "address=", listen.address, " port=", port);
+    int port = listen.port;
+    for (const std::string& address : listen.Addresses()) {
+      ASSIGN_OR_RETURN(int tcp_fd, net::ListenTcp(address, port, listen.backlog));
+      fds.push_back(tcp_fd);
+      port = net::BoundPort(tcp_fd);
+      PGFLEET_LOG(kInfo, "listening", "address=", address, " port=", port);
+    }
     if (!listen.unix_socket_dir.empty()) {
-      ASSIGN_OR_RETURN(int unix_fd, net::ListenUnix(listen.unix_socket_dir, port, listen.backlog));
+      ASSIGN_OR_RETURN(int unix_fd,
+                       net::ListenUnix(listen.unix_socket_dir, port, listen.backlog,
+                                       net::UnixSocketAccess{listen.unix_socket_mode,
+                                                             listen.unix_socket_group}));
       fds.push_back(unix_fd);
       PGFLEET_LOG(kInfo, "listening", "unix_socket_dir=", listen.unix_socket_dir, " port=", port);
     }

@@ -15,6 +15,7 @@
 #include "pooler/admin/fanout.h"
 #include "pooler/config/config.h"
 #include "pooler/metrics/snapshot.h"
+#include "pooler/metrics/stats_log.h"
 #include "pooler/net/event_loop.h"
 #include "pooler/net/listener.h"
 #include "pooler/net/signal_watcher.h"
@@ -60,6 +61,8 @@ class Worker {
 
  private:
   void Reload();
+  // log_stats: a line of the period's rates every stats_period (stats_log.h).
+  void LogStats();
   // SET key = value on the console: the config file with the SETs so far and this one laid
   // over it (PgBouncer's key names); an error leaves everything as it was.
   absl::Status ApplySetting(const std::string& setting, const std::string& value);
@@ -101,6 +104,7 @@ class Worker {
   std::unique_ptr<peering::PeeringServer> peering_server_;
   std::shared_ptr<const config::Config> fleet_config_;  // before the per-worker split
   std::unique_ptr<metrics::WorkerStatsSource> stats_;
+  metrics::StatsLog stats_log_;
   std::unique_ptr<metrics::SnapshotPublisher> publisher_;
   std::unique_ptr<admin::AdminActions> admin_actions_;
   std::unique_ptr<admin::PodFanout> admin_fanout_;

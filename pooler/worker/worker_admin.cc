@@ -18,6 +18,16 @@
 
 namespace pgfleet::worker {
 
+void Worker::LogStats() {
+  const auto& pool_config = registry_->config().pool;
+  if (!pool_config.log_stats) return;
+  pool::PoolStats totals;
+  for (const auto& [key, pool] : registry_->pools()) metrics::AddCounters(pool->stats(), totals);
+  if (auto line = stats_log_.Sample(loop_.now(), pool_config.stats_period, totals)) {
+    PGFLEET_LOG(kInfo, "stats", *line);
+  }
+}
+
 void Worker::StartStats(const config::Config& fleet) {
   fleet_config_ = std::make_shared<const config::Config>(fleet);
   stats_ = std::make_unique<metrics::WorkerStatsSource>(*registry_, options_.peer_id, options_.slot,

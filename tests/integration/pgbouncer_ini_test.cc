@@ -111,11 +111,12 @@ TEST_F(PgBouncerIniTest, WithoutServerLifetimeTheServerIsReused) {
 
 // A key pgfleet does not implement stops the start with the key and file named.
 TEST_F(PgBouncerIniTest, AnUnimplementedKeyIsRefusedNamingKeyAndFile) {
-  PgfleetProcess fleet(Ini("server_round_robin = 1\n"), Userlist());
+  PgfleetProcess fleet(Ini("dns_zone_check_period = 60\n"), Userlist());
   EXPECT_TRUE(WaitFor([&] { return !fleet.Running(); }, std::chrono::seconds(10),
                       std::chrono::milliseconds(50)));
-  EXPECT_THAT(fleet.Log(), HasSubstr("pgbouncer.ini: server_round_robin: not supported by pgfleet "
-                                     "with \\\"1\\\""));
+  EXPECT_THAT(fleet.Log(),
+              HasSubstr("pgbouncer.ini: dns_zone_check_period: not supported by pgfleet "
+                        "with \\\"60\\\""));
 }
 
 // logfile and pidfile as PgBouncer writes them: the pid of the process started, every process's

@@ -50,7 +50,9 @@ PgfleetProcess::PgfleetProcess(const std::string& config_body, const std::string
   bool accepting = false;
   WaitFor(
       [&] {
-        accepting = RunCommand(absl::StrCat("bash -c 'exec 3<>/dev/tcp/", address_, "/", port_,
+        // The first of several addresses (listen_addr = a,b).
+        const std::string first = address_.substr(0, address_.find(','));
+        accepting = RunCommand(absl::StrCat("bash -c 'exec 3<>/dev/tcp/", first, "/", port_,
                                             "' 2>/dev/null")) == 0;
         return accepting || !Running();
       },

@@ -70,10 +70,17 @@ local =
 * = host=10.0.0.1 load_balance_hosts=round-robin
 
 [users]
-report = pool_mode=statement max_user_connections=4
+report = pool_mode=statement max_user_connections=4 max_user_client_connections=7 pool_size=2 reserve_pool_size=1 query_timeout=30 client_idle_timeout=0.5
 
 [pgbouncer]
-listen_addr = *
+listen_addr = 127.0.0.1, ::1
+unix_socket_mode = 0770
+unix_socket_group = postgres
+max_db_client_connections = 50
+max_user_client_connections = 60
+server_round_robin = 1
+application_name_add_host = 1
+stats_period = 30
 listen_port = 6543
 auth_file = /etc/pgbouncer/userlist.txt
 admin_users = postgres, admin
@@ -100,7 +107,17 @@ peering.static_peers = [a:1, b:2]
   EXPECT_EQ(config->listen.unix_socket_dir, "/tmp");
   EXPECT_EQ(config->listen.backlog, 128);
   // The keys as written.
-  EXPECT_EQ(config->listen.address, "*");
+  EXPECT_EQ(config->listen.address, "127.0.0.1,::1");
+  EXPECT_THAT(config->listen.Addresses(), ElementsAre("127.0.0.1", "::1"));
+  EXPECT_EQ(config->listen.unix_socket_mode, 0770);
+  EXPECT_EQ(config->listen.unix_socket_group, "postgres");
+  EXPECT_EQ(config->pool.max_db_client_connections, 50);
+  EXPECT_EQ(config->pool.max_user_client_connections, 60);
+  EXPECT_TRUE(config->pool.server_round_robin);
+  EXPECT_TRUE(config->pool.application_name_add_host);
+  EXPECT_TRUE(config->pool.log_stats);  // PgBouncer's default
+  EXPECT_EQ(config->pool.stats_period, absl::Seconds(30));
+  EXPECT_EQ(config->pool.query_wait_notify, absl::Seconds(5));  // PgBouncer's default
   EXPECT_EQ(config->listen.port, 6543);
   EXPECT_THAT(config->admin.users, ElementsAre("postgres", "admin"));
   EXPECT_EQ(config->pool.server_lifetime, absl::Microseconds(1));  // PgBouncer's "use once"
@@ -121,7 +138,21 @@ peering.static_peers = [a:1, b:2]
   EXPECT_THAT(config->databases.at("local").hosts, ElementsAre("/tmp"));
   EXPECT_EQ(config->databases.at("*").load_balance_hosts, LoadBalanceHosts::kRandom);
   EXPECT_EQ(config->users.at("report").pool_mode, PoolMode::kStatement);
-  EXPECT_EQ(config->users.at("report").max_user_connections, 4);
+  const UserConfig& report = config->users.at("report");
+  EXPECT_EQ(report.max_user_connections, 4);
+  EXPECT_EQ(report.max_user_client_connections, 7);
+  EXPECT_EQ(report.pool_size, 2);
+  EXPECT_EQ(report.reserve_pool_size, 1);
+  EXPECT_EQ(config->EffectivePoolSize(app, "report"), 2);  // the user's over the database's
+  EXPECT_EQ(config->EffectivePoolSize(app, "other"), 5);
+  EXPECT_EQ(config->EffectiveReservePoolSize(app, "report"), 1);
+  EXPECT_EQ(config->EffectiveClientTimeouts("report").query_timeout, absl::Seconds(30));
+  EXPECT_EQ(config->EffectiveClientTimeouts("report").client_idle_timeout, absl::Milliseconds(500));
+  EXPECT_EQ(config->EffectiveClientTimeouts("report").query_wait_timeout,
+            absl::Milliseconds(2500));  // the [pgbouncer] value where the user sets none
+  EXPECT_EQ(config->EffectiveMaxUserClientConnections("report"), 7);
+  EXPECT_EQ(config->EffectiveMaxUserClientConnections("other"), 60);
+  EXPECT_EQ(app.max_db_client_connections, 50);
   EXPECT_EQ(config->workers, "3");
   EXPECT_EQ(config->metrics.listen, "127.0.0.1:9999");
   EXPECT_THAT(config->peering.static_peers, ElementsAre("a:1", "b:2"));
@@ -138,33 +169,33 @@ TEST(PgBouncerIniTest, WhatPgfleetDoesNotImplementIsAnErrorNamingKeyFileAndLine)
 app = host=127.0.0.1 connect_query='SELECT 1' bogus=1
 [pgbouncer]
 auth_file = u.txt
-listen_addr = 127.0.0.1, 127.0.0.2
-unix_socket_mode = 0700
+dns_zone_check_period = 60
+disable_pqexec = 0
 no_such_key = 1
 auth_type = pam
-max_db_client_connections = 0
+server_fast_close = 0
 [peers]
 1 = host=x
 )ini");
   EXPECT_THAT(error, HasSubstr("pgbouncer.ini: databases.app: connect_query: not supported by "
                                "pgfleet with \"SELECT 1\" (line 2)"));
   EXPECT_THAT(error, HasSubstr("databases.app: bogus: unknown key in a databases entry (line 2)"));
-  EXPECT_THAT(error, HasSubstr("listen_addr: several listen addresses are not supported"));
-  EXPECT_THAT(error, HasSubstr("unix_socket_mode: not supported by pgfleet with \"0700\""));
+  EXPECT_THAT(error, HasSubstr("dns_zone_check_period: not supported by pgfleet with \"60\""));
   EXPECT_THAT(error, HasSubstr("no_such_key: unknown key in [pgbouncer] (line 7)"));
   EXPECT_THAT(error, HasSubstr("auth_type: \"pam\" is not supported"));
   EXPECT_THAT(error, HasSubstr("the [peers] section is not used"));
   // Set to the value under which PgBouncer does nothing different: accepted.
-  EXPECT_THAT(error, Not(HasSubstr("max_db_client_connections")));
+  EXPECT_THAT(error, Not(HasSubstr("server_fast_close")));
 }
 
 TEST(PgBouncerIniTest, ValueErrorsFromTheCommonChecksNameTheIniKey) {
   const std::string error = ErrorOf(
       "[pgbouncer]\nauth_type = trust\ndefault_pool_size = abc\nserver_connect_timeout = soon\n"
-      "[databases]\napp = port=99999\n");
+      "unix_socket_mode = 0800\n[databases]\napp = port=99999\n");
   EXPECT_THAT(error, HasSubstr("pgbouncer.ini: default_pool_size: expected a non-negative "
                                "integer, got \"abc\" (line 3)"));
   EXPECT_THAT(error, HasSubstr("pgbouncer.ini: server_connect_timeout: expected a duration"));
+  EXPECT_THAT(error, HasSubstr("pgbouncer.ini: unix_socket_mode: expected a file mode in octal"));
   EXPECT_THAT(error, HasSubstr("pgbouncer.ini: databases.app: port: must be between 1 and 65535"));
   // A default the file did not set says so.
   EXPECT_THAT(ErrorOf("[databases]\na = host=x\n"),
