@@ -68,6 +68,8 @@ Console::Console(pool::PoolRegistry& registry, PodFanout& fanout, ConsoleOptions
     : registry_(registry), fanout_(fanout), options_(std::move(options)) {}
 
 bool Console::MayConnect(const std::string& user) const {
+  // PgBouncer's auth_type any lets every user in to the console as admin.
+  if (registry_.config().auth.type == config::AuthType::kAny) return true;
   const auto& admin = registry_.config().admin;
   return std::find(admin.users.begin(), admin.users.end(), user) != admin.users.end() ||
          std::find(admin.stats_users.begin(), admin.stats_users.end(), user) !=
@@ -75,6 +77,7 @@ bool Console::MayConnect(const std::string& user) const {
 }
 
 bool Console::IsAdmin(const std::string& user) const {
+  if (registry_.config().auth.type == config::AuthType::kAny) return true;
   const auto& users = registry_.config().admin.users;
   return std::find(users.begin(), users.end(), user) != users.end();
 }

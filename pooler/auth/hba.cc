@@ -260,7 +260,7 @@ std::optional<std::string> ParseMethod(const Field& field, HbaRule* rule) {
     }
     rule->method = HbaMethod::kPeer;
   } else if (*word == "password") {
-    return "method \"password\" (cleartext) is not supported; use scram-sha-256";
+    rule->method = HbaMethod::kPassword;  // cleartext, as PostgreSQL's (PgBouncer's plain)
   } else if (*word == "ident" || *word == "gss" || *word == "sspi" || *word == "pam" ||
              *word == "ldap" || *word == "radius" || *word == "bsd" || *word == "oauth") {
     return base::StrCat("method \"", *word, "\" is not supported by pgfleet");
@@ -341,6 +341,8 @@ std::string_view HbaMethodName(HbaMethod method) {
       return "cert";
     case HbaMethod::kPeer:
       return "peer";
+    case HbaMethod::kPassword:
+      return "password";
   }
   return "unknown";
 }

@@ -30,7 +30,7 @@
 namespace pgfleet::auth {
 
 enum class HbaConnectionType { kLocal, kHost, kHostSsl, kHostNoSsl, kHostGssEnc, kHostNoGssEnc };
-enum class HbaMethod { kTrust, kReject, kMd5, kScramSha256, kCert, kPeer };
+enum class HbaMethod { kTrust, kReject, kMd5, kScramSha256, kCert, kPeer, kPassword };
 
 // The pg_hba.conf spelling ("scram-sha-256").
 std::string_view HbaMethodName(HbaMethod method);

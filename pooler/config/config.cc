@@ -32,6 +32,10 @@ std::string_view AuthTypeName(AuthType type) {
       return "cert";
     case AuthType::kPeer:
       return "peer";
+    case AuthType::kPlain:
+      return "plain";
+    case AuthType::kAny:
+      return "any";
   }
   return "unknown";
 }
@@ -64,8 +68,8 @@ std::optional<SessionState> ParseSessionState(std::string_view name) {
 
 std::optional<AuthType> ParseAuthType(std::string_view name) {
   // Not peer: it is for hba `local` lines only.
-  for (AuthType type :
-       {AuthType::kTrust, AuthType::kMd5, AuthType::kScramSha256, AuthType::kCert}) {
+  for (AuthType type : {AuthType::kTrust, AuthType::kMd5, AuthType::kScramSha256, AuthType::kCert,
+                        AuthType::kPlain, AuthType::kAny}) {
     if (name == AuthTypeName(type)) return type;
   }
   return std::nullopt;

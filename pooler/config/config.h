@@ -25,7 +25,10 @@ std::string_view SessionStateName(SessionState mode);
 std::optional<SessionState> ParseSessionState(std::string_view name);
 // kCert: the client's verified TLS certificate's CommonName is its user name (PgBouncer's cert);
 // kPeer: the unix socket peer's operating-system user is (hba `peer` lines only).
-enum class AuthType { kTrust, kMd5, kScramSha256, kCert, kPeer };
+// kPlain: PgBouncer's `plain`, the password in clear text (hba `password`), checked against any
+// stored secret. kAny: PgBouncer's `any`, trust that ignores the user name (every database logs
+// in to PostgreSQL as its own `user`).
+enum class AuthType { kTrust, kMd5, kScramSha256, kCert, kPeer, kPlain, kAny };
 // PgBouncer's client_tls_sslmode / server_tls_sslmode values (libpq's sslmode names).
 enum class SslMode { kDisable, kAllow, kPrefer, kRequire, kVerifyCa, kVerifyFull };
 

@@ -442,7 +442,8 @@ class Translator {
 
   void ReadAuthType(const IniEntry& e) {
     const std::string type = absl::AsciiStrToLower(e.value);
-    if (type == "trust" || type == "md5" || type == "scram-sha-256" || type == "cert") {
+    if (type == "trust" || type == "md5" || type == "scram-sha-256" || type == "cert" ||
+        type == "plain" || type == "any") {
       PutText("auth.type", type, &e, "auth_type");
     } else if (type == "hba") {
       // The rules of auth_hba_file choose each client's method; pgfleet reads them whenever
@@ -450,10 +451,12 @@ class Translator {
       hba_entry_ = e;
       PutText("auth.type", "md5", &e, "auth_type");
     } else {
-      Report(e, "auth_type",
-             absl::StrCat(
-                 "\"", e.value,
-                 "\" is not supported by pgfleet (trust, md5, scram-sha-256, cert and hba are)"));
+      Report(
+          e, "auth_type",
+          absl::StrCat(
+              "\"", e.value,
+              "\" is not supported by pgfleet (trust, md5, scram-sha-256, cert, plain, any and hba "
+              "are)"));
     }
   }
 

@@ -193,7 +193,18 @@ void CheckAuth(const Config& config, std::vector<Issue>& issues) {
         "\"cert\" needs tls.client_tls_sslmode verify-ca or verify-full: the client's certificate, "
         "checked against client_tls_ca_file, names the user");
   }
-  const bool needs_password = auth.type == AuthType::kMd5 || auth.type == AuthType::kScramSha256;
+  if (auth.type == AuthType::kAny) {
+    // PgBouncer's rule: the client's user name is not checked, so no pool may log in as it.
+    for (const auto& [name, db] : config.databases) {
+      if (db.user.empty()) {
+        Add(issues, absl::StrCat("databases.", name, ".user"),
+            "auth.type \"any\" needs every database to log in as its own user (the client's "
+            "user name is not checked)");
+      }
+    }
+  }
+  const bool needs_password = auth.type == AuthType::kMd5 || auth.type == AuthType::kScramSha256 ||
+                              auth.type == AuthType::kPlain;
   if (needs_password && auth.file.empty() && auth.query.empty() && !database_queries) {
     Add(issues, "auth.type",
         absl::StrCat("\"", std::string(AuthTypeName(auth.type)),

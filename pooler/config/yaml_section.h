@@ -214,7 +214,7 @@ class Section {
   }
 
   void Auth(absl::string_view key, AuthType& out) {
-    Enum(key, out, ParseAuthType, "one of trust, md5, scram-sha-256");
+    Enum(key, out, ParseAuthType, "one of trust, md5, scram-sha-256, cert, plain, any");
   }
 
   void Ssl(absl::string_view key, SslMode& out) {

@@ -158,6 +158,9 @@ bool ClientConn::AdmitLogin() {
       case auth::HbaMethod::kPeer:
         hba_auth_type_ = config::AuthType::kPeer;
         break;
+      case auth::HbaMethod::kPassword:
+        hba_auth_type_ = config::AuthType::kPlain;
+        break;
       case auth::HbaMethod::kScramSha256:
       case auth::HbaMethod::kReject:
         hba_auth_type_ = config::AuthType::kScramSha256;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "pooler/auth/md5.h"
+#include "pooler/auth/plain_password.h"
 #include "pooler/auth/secret.h"
 #include "pooler/base/strings.h"
 #include "pooler/protocol/builders.h"
@@ -53,6 +54,12 @@ PasswordVerdict ClientPasswordExchange::Start() {
   can_succeed_ =
       !(kind == auth::SecretKind::kEmpty || (use_scram && kind == auth::SecretKind::kMd5));
   PasswordVerdict verdict;
+  if (method == config::AuthType::kPlain) {
+    can_succeed_ = kind != auth::SecretKind::kEmpty;
+    protocol::BuildAuthenticationCleartextPassword(verdict.to_client);
+    stage_ = Stage::kExpectPlain;
+    return verdict;
+  }
   if (!use_scram) {
     random_.Fill(md5_salt_);
     protocol::BuildAuthenticationMd5(verdict.to_client, md5_salt_);
@@ -104,6 +111,8 @@ PasswordVerdict ClientPasswordExchange::OnMessage(uint8_t type, std::span<const 
   const Stage stage = stage_;
   stage_ = Stage::kDone;  // every end is final; the one way on sets the next stage again
   switch (stage) {
+    case Stage::kExpectPlain:
+      return OnPlainPassword(body);
     case Stage::kExpectMd5:
       return OnMd5Password(body);
     case Stage::kExpectSaslInitial:
@@ -126,6 +135,20 @@ PasswordVerdict ClientPasswordExchange::OnMd5Password(std::span<const uint8_t> b
   }
   PasswordVerdict verdict;
   verdict.outcome = PasswordVerdict::Outcome::kAuthenticated;
+  return verdict;
+}
+
+PasswordVerdict ClientPasswordExchange::OnPlainPassword(std::span<const uint8_t> body) {
+  auto password = protocol::ParsePasswordMessage(body);
+  if (!password.ok()) return ProtocolError(base::Sv(password.status().message()));
+  auto verified = can_succeed_
+                      ? auth::VerifyPlainPassword(options_.secret, options_.user, *password)
+                      : std::nullopt;
+  if (!verified.has_value()) return WrongPassword("plain");
+  PasswordVerdict verdict;
+  verdict.outcome = PasswordVerdict::Outcome::kAuthenticated;
+  // Against a stored SCRAM secret, the password's ClientKey logs the pool in to servers.
+  verdict.scram_client_key = verified->scram_client_key;
   return verdict;
 }
 

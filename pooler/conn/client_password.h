@@ -26,8 +26,9 @@ struct ClientPasswordOptions {
   // The stored secret: a plain password, an md5 hash or a SCRAM secret; "" when the user is
   // unknown or has none (the exchange still runs, so that looks like a wrong password).
   std::string secret;
-  // md5 or scram-sha-256 (the client's hba rule's method, else auth.type); md5 with a SCRAM
-  // secret runs SCRAM, as PostgreSQL does.
+  // md5, scram-sha-256 or plain (the client's hba rule's method, else auth.type); md5 with a
+  // SCRAM secret runs SCRAM, as PostgreSQL does; plain checks the clear-text password against
+  // any kind of secret.
   config::AuthType method = config::AuthType::kScramSha256;
   // Over an established TLS session: the tls-server-end-point hash of pgfleet's certificate, so
   // SCRAM-SHA-256-PLUS is offered; nullopt without TLS or when it cannot be computed.
@@ -81,6 +82,7 @@ class ClientPasswordExchange {
 
  private:
   PasswordVerdict OnMd5Password(std::span<const uint8_t> body);
+  PasswordVerdict OnPlainPassword(std::span<const uint8_t> body);
   PasswordVerdict OnSaslInitialResponse(std::span<const uint8_t> body);
   PasswordVerdict OnSaslResponse(std::span<const uint8_t> body);
   PasswordVerdict WrongPassword(std::string_view method);
@@ -93,7 +95,14 @@ class ClientPasswordExchange {
   std::array<uint8_t, 4> md5_salt_{};
   std::optional<auth::ScramServerExchange> scram_;
   // Each message is accepted once and in order; after an end nothing more is.
-  enum class Stage { kNotStarted, kExpectMd5, kExpectSaslInitial, kExpectSaslResponse, kDone };
+  enum class Stage {
+    kNotStarted,
+    kExpectPlain,
+    kExpectMd5,
+    kExpectSaslInitial,
+    kExpectSaslResponse,
+    kDone
+  };
   Stage stage_ = Stage::kNotStarted;
 };
 

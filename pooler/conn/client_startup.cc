@@ -265,6 +265,8 @@ void ClientConn::BeginAuth() {
   const auto& config = context_.config();
   switch (EffectiveAuthType()) {
     case config::AuthType::kTrust:
+    case config::AuthType::kAny:
+      // any: the user name is not checked; servers log in as the database's own user.
       FinishLogin();
       return;
     case config::AuthType::kCert:
@@ -282,6 +284,7 @@ void ClientConn::BeginAuth() {
       return;
     case config::AuthType::kMd5:
     case config::AuthType::kScramSha256:
+    case config::AuthType::kPlain:
       break;
   }
   auto it = context_.userlist().find(user_);

@@ -75,6 +75,7 @@ void BuildErrorOrNotice(ByteSink& sink, char type, std::string_view severity,
 }  // namespace
 
 void BuildAuthenticationOk(ByteSink& sink) { Message('R').Int32(0).Finish(sink); }
+void BuildAuthenticationCleartextPassword(ByteSink& sink) { Message('R').Int32(3).Finish(sink); }
 void BuildAuthenticationMd5(ByteSink& sink, std::span<const uint8_t, 4> salt) {
   Message('R').Int32(5).Raw(std::span<const uint8_t>(salt)).Finish(sink);
 }

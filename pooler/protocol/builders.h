@@ -13,6 +13,7 @@ namespace pgfleet::protocol {
 
 // --- backend messages (pgfleet -> client) ---
 void BuildAuthenticationOk(ByteSink& sink);
+void BuildAuthenticationCleartextPassword(ByteSink& sink);
 void BuildAuthenticationMd5(ByteSink& sink, std::span<const uint8_t, 4> salt);
 void BuildAuthenticationSasl(ByteSink& sink, std::span<const std::string_view> mechanisms);
 void BuildAuthenticationSaslContinue(ByteSink& sink, std::string_view data);

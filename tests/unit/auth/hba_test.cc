@@ -243,7 +243,6 @@ INSTANTIATE_TEST_SUITE_P(
                       BadLine{"host all all db.example.com trust", "host names are not supported"},
                       BadLine{"host all all 10.0.0.1 trust", "invalid IP mask"},
                       BadLine{"host all all 10.0.0.1 ffff:: trust", "do not match in family"},
-                      BadLine{"host all all all password", "cleartext"},
                       BadLine{"local all all ident", "method \"ident\" is not supported"},
                       BadLine{"host all all all peer",
                               "peer authentication is only supported on "
@@ -271,6 +270,14 @@ TEST(ParseHbaTest, CertOnHostsslAndPeerOnLocal) {
   EXPECT_EQ(rules.rules()[0].method, HbaMethod::kPeer);
   EXPECT_EQ(rules.rules()[1].method, HbaMethod::kCert);
   EXPECT_EQ(HbaMethodName(HbaMethod::kPeer), "peer");
+}
+
+// `password` is the clear-text method (PgBouncer's plain), as in PostgreSQL.
+TEST(ParseHbaTest, PasswordIsTheClearTextMethod) {
+  HbaRules rules = MustParse("host all all all password\n");
+  ASSERT_EQ(rules.rules().size(), 1u);
+  EXPECT_EQ(rules.rules()[0].method, HbaMethod::kPassword);
+  EXPECT_EQ(HbaMethodName(HbaMethod::kPassword), "password");
 }
 
 TEST(ParseHbaTest, ReportsEveryBadLine) {

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "pooler/auth/md5.h"
 #include "pooler/auth/scram.h"
+#include "pooler/auth/scram_primitives.h"
 #include "pooler/base/random.h"
 #include "pooler/protocol/backend.h"
 #include "pooler/protocol/builders.h"
@@ -167,6 +168,33 @@ TEST_F(ClientPasswordTest, Md5WithoutASecretFailsLikeAWrongPassword) {
   // The challenge is sent all the same, so an unknown user cannot be told apart.
   ExpectWrongPassword(RunMd5("", ""), "md5");
   ExpectWrongPassword(RunMd5("", "anything"), "md5");
+}
+
+// plain (PgBouncer's auth_type, hba `password`): the password in clear text, against any secret.
+TEST_F(ClientPasswordTest, PlainChecksTheClearTextPasswordAgainstAnySecret) {
+  const auto run = [&](std::string secret, std::string_view password) {
+    const PasswordVerdict start = Start(std::move(secret), config::AuthType::kPlain);
+    EXPECT_EQ(start.outcome, Outcome::kContinue);
+    auto request = SentRequest(start);
+    if (request.has_value()) {
+      EXPECT_EQ(request->code, static_cast<int32_t>(protocol::AuthRequest::kCleartext));
+    }
+    return Feed(Build([&](StringSink& s) { protocol::BuildPasswordMessage(s, password); }));
+  };
+  EXPECT_EQ(run("s3cret", "s3cret").outcome, Outcome::kAuthenticated);
+  EXPECT_EQ(run(auth::Md5PasswordHash("alice", "s3cret"), "s3cret").outcome,
+            Outcome::kAuthenticated);
+  const PasswordVerdict scram = run(ScramSecretText(), "s3cret");
+  EXPECT_EQ(scram.outcome, Outcome::kAuthenticated);
+  // The ClientKey that the password derives logs the pool in to servers holding the secret.
+  ASSERT_TRUE(scram.scram_client_key.has_value());
+  const auto secret = auth::ParseScramSecret(ScramSecretText());
+  ASSERT_TRUE(secret.ok());
+  EXPECT_EQ(auth::internal::Sha256(*scram.scram_client_key), secret->stored_key);
+  ExpectWrongPassword(run("s3cret", "guess"), "plain");
+  ExpectWrongPassword(run(auth::Md5PasswordHash("alice", "s3cret"), "guess"), "plain");
+  ExpectWrongPassword(run(ScramSecretText(), "guess"), "plain");
+  ExpectWrongPassword(run("", ""), "plain");
 }
 
 TEST_F(ClientPasswordTest, ScramWithAPlainSecretRunsToTheEnd) {
