@@ -349,7 +349,7 @@ TEST(YamlLoaderTest, EachKindOfBadValueNamesFileAndKey) {
       {"databases: {app: {}}\nusers: {bob: {pool_mode: [session]}}\n",
        "users.bob.pool_mode: expected one of session, transaction, statement, got a list"},
       {"databases: {app: {}}\nauth: {type: password}\n",
-       "auth.type: expected one of trust, md5, scram-sha-256, got \"password\""},
+       "auth.type: expected one of trust, md5, scram-sha-256, cert, plain, any, got \"password\""},
       {"databases: {app: {host: {name: x}}}\n",
        "databases.app.host: expected a string, got a mapping"},
       {"databases: {app: {}}\npool: {track_extra_parameters: {a: b}}\n",
