@@ -125,8 +125,19 @@ bool CancelHandler::CancelQuery(ServerConn& server, std::string_view why) {
   return true;
 }
 
+namespace {
+
+// Where the server's own connection goes (its peer address): no lookup on the loop, and the same
+// host when its name has several addresses. A server whose socket is gone falls back to its name.
+absl::StatusOr<int> ConnectToServersHost(const ServerConn& server) {
+  if (auto peer = net::PeerOf(server.fd()); peer.ok()) return net::ConnectToAddress(*peer);
+  return net::ConnectTo(server.address().host, server.address().port);
+}
+
+}  // namespace
+
 bool CancelHandler::StartCancel(ServerConn& server, int attempt, absl::Time first_started_at) {
-  auto fd = net::ConnectTo(server.address().host, server.address().port);
+  auto fd = ConnectToServersHost(server);
   if (!fd.ok()) return false;
   auto request = std::make_unique<CancelRequestConn>(
       context_.loop(), *fd, this, server.id(), server.link_generation(), attempt, first_started_at);
@@ -182,7 +193,7 @@ void CancelHandler::RunRetry(uint64_t server_id, uint64_t link_generation, int a
 }
 
 bool CancelHandler::CancelAbandonedQuery(const ServerConn& server) {
-  auto fd = net::ConnectTo(server.address().host, server.address().port);
+  auto fd = ConnectToServersHost(server);
   if (!fd.ok()) return false;
   auto request = std::make_unique<CancelRequestConn>(context_.loop(), *fd, this,
                                                      server.backend_pid(), server.backend_secret());

@@ -241,6 +241,11 @@ struct PoolConfig {
   // PgBouncer's server_fast_close: in session pooling, a server marked to close (RECONNECT, a
   // RELOAD that changed its database's target) closes, with its client, between transactions.
   bool server_fast_close = false;
+  // PgBouncer's dns_max_ttl and dns_nxdomain_ttl: how long a server host name's answer, and a
+  // failed lookup, is kept (the DNS record's own TTL is ignored). Zero: looked up at every
+  // connect, still off the event loop.
+  absl::Duration dns_max_ttl = absl::Seconds(15);
+  absl::Duration dns_nxdomain_ttl = absl::Seconds(15);
   // PgBouncer's application_name_add_host: a client's startup application_name gets
   // " - host:port" of its address appended.
   bool application_name_add_host = false;

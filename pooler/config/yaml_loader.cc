@@ -127,6 +127,8 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.Duration("tcp_user_timeout", pool.tcp_user_timeout);
   s.Bool("server_round_robin", pool.server_round_robin);
   s.Bool("server_fast_close", pool.server_fast_close);
+  s.Duration("dns_max_ttl", pool.dns_max_ttl);
+  s.Duration("dns_nxdomain_ttl", pool.dns_nxdomain_ttl);
   s.Bool("application_name_add_host", pool.application_name_add_host);
   s.Bool("log_stats", pool.log_stats);
   s.Duration("stats_period", pool.stats_period);

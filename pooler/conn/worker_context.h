@@ -15,6 +15,7 @@
 #include "pooler/conn/stats.h"
 #include "pooler/conn/tls_policy.h"
 #include "pooler/net/event_loop.h"
+#include "pooler/net/resolver.h"
 #include "pooler/relay/param_sync.h"
 #include "pooler/relay/prepared_statements.h"
 
@@ -29,7 +30,8 @@ class WorkerContext {
         userlist_(std::move(userlist)),
         peer_id_(peer_id),
         random_(random),
-        tracked_params_(config_->pool.track_extra_parameters) {}
+        tracked_params_(config_->pool.track_extra_parameters),
+        resolver_(loop) {}
   WorkerContext(const WorkerContext&) = delete;
   WorkerContext& operator=(const WorkerContext&) = delete;
 
@@ -44,6 +46,11 @@ class WorkerContext {
   const TrackedParamNames& tracked_params() const { return tracked_params_; }
   StatementRegistry& statements() { return statements_; }
   const StatementRegistry& statements() const { return statements_; }
+  // Server host names, resolved off the loop and kept for dns_max_ttl.
+  net::Resolver& resolver() { return resolver_; }
+  net::Resolver::Ttls dns_ttls() const {
+    return {.answer = config_->pool.dns_max_ttl, .failure = config_->pool.dns_nxdomain_ttl};
+  }
 
   // auth.hba_file's rules (null = no hba file: every client may try auth.type). Set at start and
   // on reload; a client is checked once, when its startup packet arrives.
@@ -71,6 +78,7 @@ class WorkerContext {
   TrackedParamNames tracked_params_;
   WorkerCounters counters_;
   StatementRegistry statements_;
+  net::Resolver resolver_;
   std::shared_ptr<const auth::HbaRules> hba_;
   TlsContexts tls_;
   uint64_t last_connection_id_ = 0;

@@ -192,6 +192,7 @@ absl::Status EventLoop::Run() {
   }
   RunPosted();
   to_delete_.clear();
+  stopping_ = false;  // the loop may run again
   return absl::OkStatus();
 }
 

@@ -67,7 +67,8 @@ class EventLoop {
   // next epoll_wait. Work queued here sees every event of the batch first.
   void RunAfterBatch(std::function<void()> fn);
 
-  // Runs until Stop(). Returns an error only if epoll itself fails.
+  // Runs until Stop(), after which it may run again. Returns an error only if epoll itself
+  // fails.
   absl::Status Run();
   // Thread-safe.
   void Stop();

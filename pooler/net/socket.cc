@@ -116,47 +116,38 @@ int BoundPort(int fd) {
   return -1;
 }
 
-absl::StatusOr<int> ConnectTo(const std::string& host, int port) {
-  int fd = -1;
-  int rc = 0;
-  if (!host.empty() && host[0] == '/') {
-    std::string path = UnixPath(host, port);
-    struct sockaddr_un addr = {};
-    addr.sun_family = AF_UNIX;
-    if (path.size() >= sizeof(addr.sun_path)) {
-      return absl::InvalidArgumentError("unix socket path too long");
-    }
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return Errno("socket");
-    rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  } else {
-    // Numeric addresses resolve without blocking; names go through the resolver once per
-    // connect, which blocks the loop briefly (an async resolver is future work).
-    struct addrinfo hints = {};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    struct addrinfo* res = nullptr;
-    std::string port_str = std::to_string(port);
-    int gai = getaddrinfo(host.c_str(), port_str.c_str(), &hints, &res);
-    if (gai != 0) {
-      return absl::UnavailableError(base::StrCat("cannot resolve ", host, ": ", gai_strerror(gai)));
-    }
-    fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      freeaddrinfo(res);
-      return Errno("socket");
-    }
-    rc = connect(fd, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-  }
+absl::StatusOr<int> ConnectToAddress(const ResolvedAddress& address) {
+  const int fd = socket(address.storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Errno("socket");
+  const int rc = connect(fd, reinterpret_cast<const sockaddr*>(&address.storage), address.length);
   if (rc != 0 && errno != EINPROGRESS && errno != EAGAIN) {
-    auto status = Errno(base::StrCat("connect to ", host, ":", port));
+    auto status = Errno(base::StrCat("connect to ", AddressText(address)));
     close(fd);
     return status;
   }
   return fd;
+}
+
+absl::StatusOr<int> ConnectTo(const std::string& host, int port) {
+  auto address = ResolveNow(host, port);
+  if (!address.ok()) return address.status();
+  return ConnectToAddress(*address);
+}
+
+absl::StatusOr<ResolvedAddress> PeerOf(int fd) {
+  ResolvedAddress address;
+  address.length = sizeof(address.storage);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address.storage), &address.length) != 0) {
+    return Errno("getpeername");
+  }
+  return address;
+}
+
+std::string AddressText(const ResolvedAddress& address) {
+  if (address.storage.ss_family == AF_UNIX) {
+    return reinterpret_cast<const sockaddr_un*>(&address.storage)->sun_path;
+  }
+  return PeerAddressString(address.storage);
 }
 
 int PendingSocketError(int fd) {

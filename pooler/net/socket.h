@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "pooler/net/resolver.h"
 
 namespace pgfleet::net {
 
@@ -31,8 +32,16 @@ absl::StatusOr<int> ListenUnix(const std::string& dir, int port, int backlog,
 int BoundPort(int fd);
 
 // Starts a non-blocking connect to `host:port` (or the unix socket in directory `host`).
-// On success the fd is connecting or connected; completion is signalled by EPOLLOUT.
+// On success the fd is connecting or connected; completion is signalled by EPOLLOUT. A name is
+// resolved now, blocking: server connects go through net::Resolver, off the loop.
 absl::StatusOr<int> ConnectTo(const std::string& host, int port);
+// A non-blocking connect to an address already resolved.
+absl::StatusOr<int> ConnectToAddress(const ResolvedAddress& address);
+// The address a connected socket's peer has: where a CancelRequest for its backend goes, the
+// same address even when a host name has several.
+absl::StatusOr<ResolvedAddress> PeerOf(int fd);
+// "10.0.0.1:5432", "[::1]:5432" or the unix socket's path.
+std::string AddressText(const ResolvedAddress& address);
 // SO_ERROR after EPOLLOUT on a connecting socket: 0 = connected.
 int PendingSocketError(int fd);
 

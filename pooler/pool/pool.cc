@@ -8,6 +8,7 @@
 #include "pooler/base/log.h"
 #include "pooler/base/strings.h"
 #include "pooler/pool/pool_host.h"
+#include "pooler/protocol/builders.h"
 #include "pooler/protocol/sqlstate.h"
 
 namespace pgfleet::pool {
@@ -266,10 +267,30 @@ bool Pool::LaunchServer(ServerBudget::Purpose purpose) {
   const absl::Time now = context_.loop().now();
   const std::optional<size_t> host = hosts_.Pick(now);
   if (!host.has_value()) return false;
+  const config::HostAddress& address = hosts_.status(*host).address;
+  // A host name waits for its lookup (off the loop); ServeWaiting runs again when it ends.
+  const net::Resolver::Answer resolved =
+      context_.resolver().Resolve(address.host, address.port, context_.dns_ttls());
+  if (resolved.state == net::Resolver::State::kPending) return false;
+  if (resolved.state == net::Resolver::State::kFailed) {
+    PGFLEET_LOG(kWarning, "server_connect_failed", "db=", base::LogQuote(db_.name),
+                " host=", address.host, " port=", address.port,
+                " error=", base::LogQuote(resolved.error));
+    hosts_.OnConnectFailed(*host, now, kMaxConnectBackoff, resolved.error);
+    if (hosts_.size() == 1) {
+      // No other host could serve: the clients waiting for this database hear why now, not
+      // after query_wait_timeout.
+      protocol::StringSink error;
+      protocol::BuildErrorResponse(error, "FATAL", protocol::sqlstate::kConnectionFailure,
+                                   resolved.error);
+      FailWelcomeClients(base::AsBytes(error.bytes()));
+    }
+    return false;
+  }
   ServerBudget& budget = host_->budget();
   std::optional<ServerRoom> room = budget.TryOpen(*this, purpose);
   if (!room.has_value()) return false;
-  ServerConn* server = host_->OpenServer(this, hosts_.status(*host).address);
+  ServerConn* server = host_->OpenServer(this, address, resolved.address);
   if (server == nullptr) {
     budget.Closed(*room);
     hosts_.OnConnectFailed(*host, now, kMaxConnectBackoff, "connect failed at once");

@@ -82,6 +82,9 @@ class Pool final : public BudgetedPool {
   void OnReadOnlyError(ServerConn* server) override;
   // Servers of `address` close: idle ones now, the rest when released (their host changed role).
   void RetireHost(const config::HostAddress& address, std::string_view reason);
+  // ServeWaiting once the current event batch is done (see ReleaseServer; a host name's lookup
+  // that ended).
+  void ScheduleServeWaiting();
   // The database's hosts as this worker knows them (shared by its pools).
   const HostSelector& hosts() const { return hosts_; }
   // The linked transaction is over (release rule met) or a hidden check/reset finished.
@@ -209,9 +212,6 @@ class Pool final : public BudgetedPool {
   // A check, reset or refresh query on `server` (kTesting until its ReadyForQuery makes it idle);
   // closes it with `close_reason` when the query cannot be sent.
   void StartHiddenQuery(ServerConn* server, std::string_view sql, std::string_view close_reason);
-  // ServeWaiting once the current event batch is done (see ReleaseServer).
-  void ScheduleServeWaiting();
-  // Opens a server if limits allow; `extra` allows the reserve pool.
   // Opens a server if the pod has room for `purpose` (server_budget.h).
   bool LaunchServer(ServerBudget::Purpose purpose);
   // Not paused, not backing off after failed logins, and some host may be tried now.

@@ -32,7 +32,9 @@ class PoolHost {
   virtual bool closed_all() const = 0;
   // Opens a server connection for `pool` to `address` (the budget already agreed). Null when
   // connect fails at once.
-  virtual ServerConn* OpenServer(Pool* pool, const config::HostAddress& address) = 0;
+  // `resolved`: where `address` resolved to (net::Resolver).
+  virtual ServerConn* OpenServer(Pool* pool, const config::HostAddress& address,
+                                 const net::ResolvedAddress& resolved) = 0;
   // A server a sibling handed over, registered with the loop; null when it cannot be.
   virtual ServerConn* AdoptServer(Pool* pool, int fd, const ServerHandoff& moved) = 0;
   // A closed server leaves the worker; deleted after the event batch.

@@ -19,7 +19,20 @@ PoolRegistry::PoolRegistry(net::EventLoop& loop, std::shared_ptr<const config::C
       cancels_(context_, *this),
       budget_(context_, *this, servers_by_id_),
       client_budget_(context_.config().pool.max_client_conn),
-      janitor_(context_, clients_, cancels_, pools_) {}
+      janitor_(context_, clients_, cancels_, pools_) {
+  context_.resolver().set_callbacks(
+      [this] {
+        // Connects that waited for a lookup go on.
+        for (auto& [key, pool] : pools_) pool->ScheduleServeWaiting();
+      },
+      [this](const std::string& host, int port) {
+        // A failover by DNS: servers of the old address finish and close.
+        PGFLEET_LOG(kInfo, "server_host_address_changed", "host=", host, " port=", port);
+        for (auto& [key, pool] : pools_) {
+          pool->RetireHost(config::HostAddress{host, port}, "host name resolves to a new address");
+        }
+      });
+}
 
 PoolRegistry::~PoolRegistry() = default;
 
@@ -92,8 +105,9 @@ void PoolRegistry::ForEachPoolOf(std::string_view name, const std::function<void
   }
 }
 
-ServerConn* PoolRegistry::OpenServer(Pool* pool, const config::HostAddress& address) {
-  auto fd = net::ConnectTo(address.host, address.port);
+ServerConn* PoolRegistry::OpenServer(Pool* pool, const config::HostAddress& address,
+                                     const net::ResolvedAddress& resolved) {
+  auto fd = net::ConnectToAddress(resolved);
   if (!fd.ok()) {
     PGFLEET_LOG(kWarning, "server_connect_failed", "db=", base::LogQuote(pool->db().name),
                 " host=", address.host, " port=", address.port,

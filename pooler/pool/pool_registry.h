@@ -76,7 +76,8 @@ class PoolRegistry final : public ClientHost,
   void ForEachPoolOf(std::string_view name, const std::function<void(Pool&)>& fn);
   // Opens a server connection for `pool` to `address` (the budget already agreed). Null when
   // connect fails at once.
-  ServerConn* OpenServer(Pool* pool, const config::HostAddress& address) override;
+  ServerConn* OpenServer(Pool* pool, const config::HostAddress& address,
+                         const net::ResolvedAddress& resolved) override;
   // A closed server leaves the directory; deleted after the event batch.
   void DeleteServer(ServerConn* server) override;
   // A server a sibling handed over, registered with the loop; null when it cannot be.

@@ -235,6 +235,31 @@ TEST_F(PgBouncerKnobsTest, SeveralListenAddressesAndTheUnixSocketsModeAndGroup) 
   RunCommand("rm -rf " + dir);
 }
 
+// Server host names are looked up off the event loop, once per dns_max_ttl; a name that does not
+// resolve fails its database's clients with the resolver's words, and other databases are served
+// meanwhile.
+TEST_F(PgBouncerKnobsTest, HostNamesAreResolvedOffTheLoopAndKeptForDnsMaxTtl) {
+  PgfleetProcess fleet(absl::StrCat(
+      "[databases]\nnamed = host=localhost port=", pg().port(),
+      " dbname=postgres\nnowhere = host=no-such-host.invalid port=5432 dbname=postgres\n"
+      "[pgbouncer]\nauth_type = trust\npool_mode = transaction\nquery_wait_timeout = 3\n"
+      "dns_max_ttl = 30\ndefault_pool_size = 4\n"));
+  auto bad = Connect(fleet.ConnString("postgres", "nowhere"));
+  EXPECT_FALSE(Ok(bad) && ResultOk(Exec(bad, "SELECT 1")));
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("no-such-host.invalid")) << fleet.Log();
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      auto c = Connect(fleet.ConnString("postgres", "named"));
+      if (Ok(c) && ResultOk(Exec(c, "SELECT pg_sleep(0.2)"))) ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 4) << fleet.Log();
+  EXPECT_EQ(CountInLog(fleet.Log(), "event=server_host_address_changed"), 0u);
+}
+
 // log_stats: each worker logs its rates every stats_period.
 TEST_F(PgBouncerKnobsTest, LogStatsWritesTheRatesEveryStatsPeriod) {
   PgfleetProcess fleet(Ini("log_stats = 1\nstats_period = 1\n"));
