@@ -61,6 +61,8 @@ void ShowConfig(const config::Config& c, ResultSet* out) {
       std::to_string(dp.max_user_client_connections), true);
   row("server_round_robin", Bool(p.server_round_robin), Bool(dp.server_round_robin), true);
   row("server_fast_close", Bool(p.server_fast_close), Bool(dp.server_fast_close), true);
+  row("tcp_socket_buffer", std::to_string(p.tcp_socket_buffer),
+      std::to_string(dp.tcp_socket_buffer), true);
   row("dns_max_ttl", Duration(p.dns_max_ttl), Duration(dp.dns_max_ttl), true);
   row("dns_nxdomain_ttl", Duration(p.dns_nxdomain_ttl), Duration(dp.dns_nxdomain_ttl), true);
   row("application_name_add_host", Bool(p.application_name_add_host),

@@ -104,6 +104,11 @@ struct DatabaseConfig {
   // 0 = unlimited. The loader copies pool.max_db_client_connections here likewise.
   int max_db_client_connections = 0;
   std::string application_name;  // optional fixed application_name toward the server
+  // PgBouncer's connect_query: run once on every new server of the database, after its login and
+  // before any client gets it (settings, warm-up).
+  std::string connect_query;
+  // Over pool.server_lifetime for this database's servers (PgBouncer's per-database key).
+  std::optional<absl::Duration> server_lifetime;
   // PgBouncer's per-database auth_user, auth_query and auth_dbname: empty = the auth section's.
   std::string auth_user;
   std::string auth_query;
@@ -241,6 +246,9 @@ struct PoolConfig {
   // PgBouncer's server_fast_close: in session pooling, a server marked to close (RECONNECT, a
   // RELOAD that changed its database's target) closes, with its client, between transactions.
   bool server_fast_close = false;
+  // PgBouncer's tcp_socket_buffer: SO_SNDBUF and SO_RCVBUF of client and server sockets, in
+  // bytes; 0: the system's.
+  int tcp_socket_buffer = 0;
   // PgBouncer's dns_max_ttl and dns_nxdomain_ttl: how long a server host name's answer, and a
   // failed lookup, is kept (the DNS record's own TTL is ignored). Zero: looked up at every
   // connect, still off the event loop.
@@ -387,6 +395,9 @@ struct Config {
   int EffectivePoolSize(const DatabaseConfig& db) const;
   int EffectivePoolSize(const DatabaseConfig& db, const std::string& user) const;
   int EffectiveMinPoolSize(const DatabaseConfig& db) const;
+  absl::Duration EffectiveServerLifetime(const DatabaseConfig& db) const {
+    return db.server_lifetime.value_or(pool.server_lifetime);
+  }
   int EffectiveReservePoolSize(const DatabaseConfig& db) const;
   int EffectiveReservePoolSize(const DatabaseConfig& db, const std::string& user) const;
   int EffectiveMaxUserConnections(const std::string& user) const;

@@ -61,6 +61,7 @@ constexpr Mapping kSettings[] = {
     {"server_round_robin", "pool.server_round_robin"},
     {"server_fast_close", "pool.server_fast_close"},
     {"dns_max_ttl", "pool.dns_max_ttl", Form::kSeconds},
+    {"tcp_socket_buffer", "pool.tcp_socket_buffer"},
     {"dns_nxdomain_ttl", "pool.dns_nxdomain_ttl", Form::kSeconds},
     {"application_name_add_host", "pool.application_name_add_host"},
     {"log_stats", "pool.log_stats"},
@@ -145,7 +146,6 @@ constexpr Unimplemented kUnimplemented[] = {
     {"server_tls13_ciphers", "", ""},
     {"suspend_timeout", "10", "pgfleet has no SUSPEND"},
     {"sbuf_loopcnt", "5|0", "pgfleet's relay yields to other connections by itself"},
-    {"tcp_socket_buffer", "|0", ""},
     // Their meaning is pgfleet's way of working anyway.
     {"so_reuseport", "0|1", ""},
     {"tcp_defer_accept", "0|1", ""},
@@ -169,6 +169,9 @@ constexpr Mapping kDatabaseKeys[] = {
     {"max_db_connections", "max_db_connections"},
     {"max_db_client_connections", "max_db_client_connections"},
     {"application_name", "application_name"},
+    {"connect_query", "connect_query"},
+    {"server_lifetime", "server_lifetime", Form::kSeconds},
+    {"reserve_pool", "reserve_pool_size"},  // PgBouncer's older spelling
     {"auth_user", "auth_user"},
     {"auth_query", "auth_query"},
     {"auth_dbname", "auth_dbname"},
@@ -177,11 +180,9 @@ constexpr Mapping kDatabaseKeys[] = {
     {"session_state", "session_state"},
 };
 constexpr Unimplemented kDatabaseUnimplemented[] = {
-    {"connect_query", "", ""},
     {"client_encoding", "", "clients set it at login"},
     {"datestyle", "", "clients set it at login"},
     {"timezone", "", "clients set it at login"},
-    {"server_lifetime", "", ""},
     {"query_wait_timeout", "", ""},
 };
 constexpr Mapping kUserKeys[] = {
@@ -473,6 +474,11 @@ class Translator {
     Put({std::string(section), e.key}, YAML::Node(YAML::NodeType::Map), &e, e.key);
     for (const auto& [key, value] : pairs) {
       const std::string where = absl::StrCat(section, ".", e.key, ": ", key);
+      double seconds = 0;
+      if (section == "databases" && key == "server_lifetime" && absl::SimpleAtod(value, &seconds) &&
+          seconds == 0) {
+        continue;  // PgBouncer: a database's 0 is the [pgbouncer] value
+      }
       if (const Mapping* m = Find(keys, key)) {
         Put({std::string(section), e.key, std::string(m->yaml)}, Convert(m->form, value), &e,
             where);

@@ -127,6 +127,7 @@ void ReadPool(Section& s, PoolConfig& pool) {
   s.Duration("tcp_user_timeout", pool.tcp_user_timeout);
   s.Bool("server_round_robin", pool.server_round_robin);
   s.Bool("server_fast_close", pool.server_fast_close);
+  s.Int("tcp_socket_buffer", pool.tcp_socket_buffer);
   s.Duration("dns_max_ttl", pool.dns_max_ttl);
   s.Duration("dns_nxdomain_ttl", pool.dns_nxdomain_ttl);
   s.Bool("application_name_add_host", pool.application_name_add_host);
@@ -185,6 +186,8 @@ void ReadDatabases(Loader& loader, const YAML::Node& node, int line, const PoolC
     s.Int("max_db_connections", db.max_db_connections);
     s.Int("max_db_client_connections", db.max_db_client_connections);
     s.String("application_name", db.application_name);
+    s.String("connect_query", db.connect_query);
+    s.OptionalDuration("server_lifetime", db.server_lifetime);
     s.String("auth_user", db.auth_user);
     s.String("auth_query", db.auth_query);
     s.String("auth_dbname", db.auth_dbname);

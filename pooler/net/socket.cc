@@ -180,6 +180,12 @@ void TuneSocket(int fd, bool keepalive, const KeepaliveTimings& timings) {
   }
 }
 
+void SetSocketBuffers(int fd, int bytes) {
+  if (bytes <= 0) return;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}
+
 std::string PeerAddressString(const sockaddr_storage& addr) {
   char host[INET6_ADDRSTRLEN] = {};
   if (addr.ss_family == AF_INET) {

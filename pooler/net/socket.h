@@ -55,6 +55,8 @@ struct KeepaliveTimings {
   int user_timeout_ms = 0;
 };
 void TuneSocket(int fd, bool keepalive, const KeepaliveTimings& timings);
+// SO_SNDBUF and SO_RCVBUF (PgBouncer's tcp_socket_buffer); 0 keeps the system's.
+void SetSocketBuffers(int fd, int bytes);
 
 // "1.2.3.4:5678" or "unix" for a peer address, for logs.
 std::string PeerAddressString(const sockaddr_storage& addr);

@@ -54,9 +54,8 @@ void Pool::UpdateRelaySettings() {
   relay_settings_.pins = &pins_;
   // TakeIdleServer's limits on the loop's integer clock (negative: off). server_check_query "-"
   // turns the check off like a negative server_check_delay.
-  server_lifetime_us_ = pool_config.server_lifetime > absl::ZeroDuration()
-                            ? absl::ToInt64Microseconds(pool_config.server_lifetime)
-                            : -1;
+  const absl::Duration lifetime = context_.config().EffectiveServerLifetime(db_);
+  server_lifetime_us_ = lifetime > absl::ZeroDuration() ? absl::ToInt64Microseconds(lifetime) : -1;
   server_check_delay_us_ = pool_config.server_check_delay >= absl::ZeroDuration() &&
                                    pool_config.server_check_query != "-"
                                ? absl::ToInt64Microseconds(pool_config.server_check_delay)

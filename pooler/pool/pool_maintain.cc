@@ -115,8 +115,8 @@ void Pool::Maintain(absl::Time now) {
   const int min_size = context_.config().EffectiveMinPoolSize(db_);
   for (auto* s = servers_[ServerState::kIdle].back(); s != nullptr;
        s = static_cast<ServerConn*>(s->prev)) {
-    if (pc.server_lifetime > absl::ZeroDuration() && s->linked_at_us() != 0 &&
-        now - s->created_at() > pc.server_lifetime) {
+    if (server_lifetime_us_ > 0 && s->linked_at_us() != 0 &&
+        context_.loop().now_us() - s->created_at_us() > server_lifetime_us_) {
       to_close.emplace_back(s, "server lifetime over");
     } else if (pc.server_idle_timeout > absl::ZeroDuration() && count > min_size &&
                now - s->last_used_at() > pc.server_idle_timeout) {

@@ -46,6 +46,7 @@ void PoolRegistry::AcceptClient(int fd, std::string peer_address, bool slot_take
           .count = pool.tcp_keepcnt,
           .user_timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(pool.tcp_user_timeout)),
       });
+  net::SetSocketBuffers(fd, pool.tcp_socket_buffer);
   auto* client =
       new ClientConn(context_, *this, fd, context_.NextConnectionId(), std::move(peer_address));
   if (!client->Register().ok()) {
@@ -114,6 +115,7 @@ ServerConn* PoolRegistry::OpenServer(Pool* pool, const config::HostAddress& addr
                 " error=", base::LogQuote(base::Sv(fd.status().message())));
     return nullptr;
   }
+  net::SetSocketBuffers(*fd, config().pool.tcp_socket_buffer);
   auto* server = new ServerConn(context_.loop(), *fd, pool, context_.NextConnectionId(), address);
   if (!server->Register(/*connecting=*/true).ok()) {
     close(*fd);

@@ -50,6 +50,13 @@ void Pool::OnServerReady(ServerConn* server) {
   MoveServer(server, ServerState::kIdle, /*front=*/true);
   consecutive_connect_failures_ = 0;
   next_connect_allowed_ = absl::InfinitePast();
+  if (!db_.connect_query.empty()) {
+    // PgBouncer's connect_query, once per new server before any client gets it: the server is
+    // idle once it is answered (MakeIdle); a failure closes it.
+    StartHiddenQuery(server, db_.connect_query, "connect_query could not be sent");
+    LearnWelcome(server);
+    return;
+  }
   LearnWelcome(server);
   MakeIdle(server);
   ServeWelcomedClients();

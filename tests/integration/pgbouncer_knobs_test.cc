@@ -260,6 +260,29 @@ TEST_F(PgBouncerKnobsTest, HostNamesAreResolvedOffTheLoopAndKeptForDnsMaxTtl) {
   EXPECT_EQ(CountInLog(fleet.Log(), "event=server_host_address_changed"), 0u);
 }
 
+// A database's connect_query runs once on each new server before clients get it; a database's
+// server_lifetime retires its servers sooner than the global one.
+TEST_F(PgBouncerKnobsTest, ConnectQueryAndADatabasesServerLifetime) {
+  PgfleetProcess fleet(absl::StrCat(
+      "[databases]\nwarm = host=127.0.0.1 port=", pg().port(),
+      " dbname=postgres connect_query='set enable_seqscan=off; set enable_nestloop=off'\n"
+      "short = host=127.0.0.1 port=",
+      pg().port(),
+      " dbname=postgres server_lifetime=1\n[pgbouncer]\nauth_type = trust\n"
+      "pool_mode = transaction\ntcp_socket_buffer = 4096\n"));
+  auto warm = Connect(fleet.ConnString("postgres", "warm"));
+  ASSERT_TRUE(Ok(warm)) << ErrorOf(warm) << fleet.Log();
+  EXPECT_EQ(Value(warm, "SHOW enable_seqscan"), "off");
+  EXPECT_EQ(Value(warm, "SHOW enable_nestloop"), "off");
+  auto plain = Connect(fleet.ConnString("postgres", "short"));
+  ASSERT_TRUE(Ok(plain)) << ErrorOf(plain);
+  EXPECT_EQ(Value(plain, "SHOW enable_seqscan"), "on");
+  const std::string first = Value(plain, "SELECT pg_backend_pid()");
+  EXPECT_TRUE(
+      WaitFor([&] { return Value(plain, "SELECT pg_backend_pid()") != first; }, seconds(10)))
+      << "short's servers live 1 s";
+}
+
 // log_stats: each worker logs its rates every stats_period.
 TEST_F(PgBouncerKnobsTest, LogStatsWritesTheRatesEveryStatsPeriod) {
   PgfleetProcess fleet(Ini("log_stats = 1\nstats_period = 1\n"));

@@ -64,7 +64,8 @@ TEST(IniFileTest, IniIsToldFromYamlByItsFirstLine) {
 TEST(PgBouncerIniTest, KeysTakePgBouncersMeaningAndDefaults) {
   auto config = LoadConfigText(R"ini(
 [databases]
-app = host=db1,db2 port=5433 dbname=appdb pool_size=5 reserve_pool_size=2 max_db_connections=9
+app = host=db1,db2 port=5433 dbname=appdb pool_size=5 reserve_pool=2 max_db_connections=9 connect_query='SET a = 1' server_lifetime=0
+short = host=db1 server_lifetime=5
 "my db" = host=127.0.0.1 user=postgres password='s3 cr\'et' pool_mode=transaction
 local =
 * = host=10.0.0.1 load_balance_hosts=round-robin
@@ -81,6 +82,7 @@ max_user_client_connections = 60
 server_round_robin = 1
 application_name_add_host = 1
 stats_period = 30
+tcp_socket_buffer = 4096
 listen_port = 6543
 auth_file = /etc/pgbouncer/userlist.txt
 admin_users = postgres, admin
@@ -117,6 +119,7 @@ peering.static_peers = [a:1, b:2]
   EXPECT_TRUE(config->pool.application_name_add_host);
   EXPECT_TRUE(config->pool.log_stats);  // PgBouncer's default
   EXPECT_EQ(config->pool.stats_period, absl::Seconds(30));
+  EXPECT_EQ(config->pool.tcp_socket_buffer, 4096);
   EXPECT_EQ(config->pool.query_wait_notify, absl::Seconds(5));  // PgBouncer's default
   EXPECT_EQ(config->listen.port, 6543);
   EXPECT_THAT(config->admin.users, ElementsAre("postgres", "admin"));
@@ -131,6 +134,11 @@ peering.static_peers = [a:1, b:2]
   EXPECT_EQ(app.overrides.pool_size, 5);
   EXPECT_EQ(app.overrides.reserve_pool_size, 2);
   EXPECT_EQ(app.max_db_connections, 9);
+  EXPECT_EQ(app.connect_query, "SET a = 1");
+  // A database's server_lifetime 0 is the [pgbouncer] value, as in PgBouncer.
+  EXPECT_FALSE(app.server_lifetime.has_value());
+  EXPECT_EQ(config->databases.at("short").server_lifetime, absl::Seconds(5));
+  EXPECT_EQ(config->EffectiveServerLifetime(config->databases.at("short")), absl::Seconds(5));
   const DatabaseConfig& quoted = config->databases.at("my db");
   EXPECT_EQ(quoted.password, "s3 cr'et");
   EXPECT_EQ(quoted.overrides.pool_mode, PoolMode::kTransaction);
@@ -166,7 +174,7 @@ TEST(PgBouncerIniTest, AuthUserBringsPgBouncersAuthQuery) {
 
 TEST(PgBouncerIniTest, WhatPgfleetDoesNotImplementIsAnErrorNamingKeyFileAndLine) {
   const std::string error = ErrorOf(R"ini([databases]
-app = host=127.0.0.1 connect_query='SELECT 1' bogus=1
+app = host=127.0.0.1 timezone='UTC' bogus=1
 [pgbouncer]
 auth_file = u.txt
 dns_zone_check_period = 60
@@ -177,8 +185,8 @@ server_fast_close = 0
 [peers]
 1 = host=x
 )ini");
-  EXPECT_THAT(error, HasSubstr("pgbouncer.ini: databases.app: connect_query: not supported by "
-                               "pgfleet with \"SELECT 1\" (line 2)"));
+  EXPECT_THAT(error, HasSubstr("pgbouncer.ini: databases.app: timezone: not supported by "
+                               "pgfleet with \"UTC\"; clients set it at login (line 2)"));
   EXPECT_THAT(error, HasSubstr("databases.app: bogus: unknown key in a databases entry (line 2)"));
   EXPECT_THAT(error, HasSubstr("dns_zone_check_period: not supported by pgfleet with \"60\""));
   EXPECT_THAT(error, HasSubstr("no_such_key: unknown key in [pgbouncer] (line 7)"));
