@@ -107,6 +107,9 @@ struct DatabaseConfig {
   // PgBouncer's connect_query: run once on every new server of the database, after its login and
   // before any client gets it (settings, warm-up).
   std::string connect_query;
+  // PgBouncer's per-database client_encoding, datestyle and timezone: sent at every server login,
+  // so they are the server's defaults (and what clients that set none are told).
+  std::vector<std::pair<std::string, std::string>> server_settings;
   // Over pool.server_lifetime for this database's servers (PgBouncer's per-database key).
   std::optional<absl::Duration> server_lifetime;
   // PgBouncer's per-database auth_user, auth_query and auth_dbname: empty = the auth section's.
@@ -119,12 +122,14 @@ struct DatabaseConfig {
   // Each host with its port (the one port, or the port at the same place in `ports`; a host
   // without one, which validation rejects, gets the last port).
   std::vector<HostAddress> Addresses() const;
-  // Where new servers go and how they are chosen: a change closes the pool's servers.
+  // Where new servers go, how they are chosen and what their login sets: a change closes the
+  // pool's servers.
   bool SameTarget(const DatabaseConfig& other) const {
     return hosts == other.hosts && ports == other.ports && dbname == other.dbname &&
            user == other.user && password == other.password &&
            target_session_attrs == other.target_session_attrs &&
-           load_balance_hosts == other.load_balance_hosts;
+           load_balance_hosts == other.load_balance_hosts &&
+           server_settings == other.server_settings && connect_query == other.connect_query;
   }
 };
 

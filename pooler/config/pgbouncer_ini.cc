@@ -170,6 +170,9 @@ constexpr Mapping kDatabaseKeys[] = {
     {"max_db_client_connections", "max_db_client_connections"},
     {"application_name", "application_name"},
     {"connect_query", "connect_query"},
+    {"client_encoding", "client_encoding"},
+    {"datestyle", "datestyle"},
+    {"timezone", "timezone"},
     {"server_lifetime", "server_lifetime", Form::kSeconds},
     {"reserve_pool", "reserve_pool_size"},  // PgBouncer's older spelling
     {"auth_user", "auth_user"},
@@ -180,9 +183,6 @@ constexpr Mapping kDatabaseKeys[] = {
     {"session_state", "session_state"},
 };
 constexpr Unimplemented kDatabaseUnimplemented[] = {
-    {"client_encoding", "", "clients set it at login"},
-    {"datestyle", "", "clients set it at login"},
-    {"timezone", "", "clients set it at login"},
     {"query_wait_timeout", "", ""},
 };
 constexpr Mapping kUserKeys[] = {

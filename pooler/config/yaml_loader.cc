@@ -187,6 +187,11 @@ void ReadDatabases(Loader& loader, const YAML::Node& node, int line, const PoolC
     s.Int("max_db_client_connections", db.max_db_client_connections);
     s.String("application_name", db.application_name);
     s.String("connect_query", db.connect_query);
+    for (const char* name : {"client_encoding", "datestyle", "timezone"}) {
+      std::string value;
+      s.String(name, value);
+      if (!value.empty()) db.server_settings.emplace_back(name, value);
+    }
     s.OptionalDuration("server_lifetime", db.server_lifetime);
     s.String("auth_user", db.auth_user);
     s.String("auth_query", db.auth_query);

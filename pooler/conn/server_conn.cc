@@ -353,6 +353,8 @@ void ServerConn::SendStartup() {
   options.database = db.dbname;
   options.application_name = db.application_name;
   options.settings = ServerLoginSettings(pool_->context().config().pool);
+  options.settings.insert(options.settings.end(), db.server_settings.begin(),
+                          db.server_settings.end());
   options.tls = tls_established();
   if (options.tls) options.server_end_point = [this] { return tls()->ServerEndPoint(); };
   protocol::StringSink sink;

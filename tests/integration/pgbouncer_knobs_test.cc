@@ -268,7 +268,7 @@ TEST_F(PgBouncerKnobsTest, ConnectQueryAndADatabasesServerLifetime) {
       " dbname=postgres connect_query='set enable_seqscan=off; set enable_nestloop=off'\n"
       "short = host=127.0.0.1 port=",
       pg().port(),
-      " dbname=postgres server_lifetime=1\n[pgbouncer]\nauth_type = trust\n"
+      " dbname=postgres server_lifetime=1 timezone=Asia/Tokyo\n[pgbouncer]\nauth_type = trust\n"
       "pool_mode = transaction\ntcp_socket_buffer = 4096\n"));
   auto warm = Connect(fleet.ConnString("postgres", "warm"));
   ASSERT_TRUE(Ok(warm)) << ErrorOf(warm) << fleet.Log();
@@ -277,6 +277,9 @@ TEST_F(PgBouncerKnobsTest, ConnectQueryAndADatabasesServerLifetime) {
   auto plain = Connect(fleet.ConnString("postgres", "short"));
   ASSERT_TRUE(Ok(plain)) << ErrorOf(plain);
   EXPECT_EQ(Value(plain, "SHOW enable_seqscan"), "on");
+  // The database's timezone is its servers' default, and what a client that sets none is told.
+  EXPECT_EQ(Value(plain, "SHOW timezone"), "Asia/Tokyo");
+  EXPECT_STREQ(PQparameterStatus(plain.get(), "TimeZone"), "Asia/Tokyo");
   const std::string first = Value(plain, "SELECT pg_backend_pid()");
   EXPECT_TRUE(
       WaitFor([&] { return Value(plain, "SELECT pg_backend_pid()") != first; }, seconds(10)))

@@ -65,7 +65,7 @@ TEST(PgBouncerIniTest, KeysTakePgBouncersMeaningAndDefaults) {
   auto config = LoadConfigText(R"ini(
 [databases]
 app = host=db1,db2 port=5433 dbname=appdb pool_size=5 reserve_pool=2 max_db_connections=9 connect_query='SET a = 1' server_lifetime=0
-short = host=db1 server_lifetime=5
+short = host=db1 server_lifetime=5 client_encoding=SQL_ASCII timezone=UTC
 "my db" = host=127.0.0.1 user=postgres password='s3 cr\'et' pool_mode=transaction
 local =
 * = host=10.0.0.1 load_balance_hosts=round-robin
@@ -138,6 +138,9 @@ peering.static_peers = [a:1, b:2]
   // A database's server_lifetime 0 is the [pgbouncer] value, as in PgBouncer.
   EXPECT_FALSE(app.server_lifetime.has_value());
   EXPECT_EQ(config->databases.at("short").server_lifetime, absl::Seconds(5));
+  EXPECT_THAT(config->databases.at("short").server_settings,
+              ElementsAre(std::pair<std::string, std::string>("client_encoding", "SQL_ASCII"),
+                          std::pair<std::string, std::string>("timezone", "UTC")));
   EXPECT_EQ(config->EffectiveServerLifetime(config->databases.at("short")), absl::Seconds(5));
   const DatabaseConfig& quoted = config->databases.at("my db");
   EXPECT_EQ(quoted.password, "s3 cr'et");
@@ -174,7 +177,7 @@ TEST(PgBouncerIniTest, AuthUserBringsPgBouncersAuthQuery) {
 
 TEST(PgBouncerIniTest, WhatPgfleetDoesNotImplementIsAnErrorNamingKeyFileAndLine) {
   const std::string error = ErrorOf(R"ini([databases]
-app = host=127.0.0.1 timezone='UTC' bogus=1
+app = host=127.0.0.1 query_wait_timeout=5 bogus=1
 [pgbouncer]
 auth_file = u.txt
 dns_zone_check_period = 60
@@ -185,8 +188,8 @@ server_fast_close = 0
 [peers]
 1 = host=x
 )ini");
-  EXPECT_THAT(error, HasSubstr("pgbouncer.ini: databases.app: timezone: not supported by "
-                               "pgfleet with \"UTC\"; clients set it at login (line 2)"));
+  EXPECT_THAT(error, HasSubstr("pgbouncer.ini: databases.app: query_wait_timeout: not supported "
+                               "by pgfleet with \"5\" (line 2)"));
   EXPECT_THAT(error, HasSubstr("databases.app: bogus: unknown key in a databases entry (line 2)"));
   EXPECT_THAT(error, HasSubstr("dns_zone_check_period: not supported by pgfleet with \"60\""));
   EXPECT_THAT(error, HasSubstr("no_such_key: unknown key in [pgbouncer] (line 7)"));
