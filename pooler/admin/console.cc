@@ -134,7 +134,9 @@ void Console::Run(uint64_t client_id, const std::string& user, std::string sql) 
     Reply(client_id, sink.bytes());
     return;
   }
-  if (NeedsAdmin(command->verb) && !IsAdmin(user)) {
+  const pool::ClientConn* client = registry_.FindClient(client_id);
+  const bool local_admin = client != nullptr && client->local_console_admin();
+  if (NeedsAdmin(command->verb) && !IsAdmin(user) && !local_admin) {
     Reply(client_id, ErrorBytes(kInsufficientPrivilege,
                                 base::StrCat("admin access needed for ", CommandTag(command->verb),
                                              " (", user, " is a stats user)")));

@@ -1,6 +1,9 @@
 // Admin console result sets.
 #include "pooler/admin/result_set.h"
 
+#include <memory>
+#include <span>
+
 #include "pooler/protocol/builders.h"
 
 namespace pgfleet::admin {
@@ -32,9 +35,15 @@ void ResultSet::Write(protocol::ByteSink& sink, std::string_view tag) const {
   }
   protocol::BuildRowDescription(sink, specs);
   std::vector<std::string_view> values;
+  // An empty value in a numeric column is NULL (a user's pool_size that is not set), as
+  // PgBouncer sends it: "" would not parse as a number.
+  const auto is_null = std::make_unique<bool[]>(columns_.size());  // not vector<bool>: a span
   for (const auto& row : rows_) {
     values.assign(row.begin(), row.end());
-    protocol::BuildDataRow(sink, values);
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      is_null[i] = columns_[i].type != Type::kText && row[i].empty();
+    }
+    protocol::BuildDataRow(sink, values, std::span<const bool>(is_null.get(), columns_.size()));
   }
   protocol::BuildCommandComplete(sink, tag);
 }

@@ -1,6 +1,7 @@
 // A table answered over the simple query protocol: RowDescription, one DataRow per row and
 // CommandComplete. Values are sent as text; numeric columns are typed int8 or float8 so clients
-// that look at the type (psql alignment, drivers) treat them as numbers, as PgBouncer does.
+// that look at the type (psql alignment, drivers) treat them as numbers, as PgBouncer does, and an
+// empty value there is NULL.
 #pragma once
 
 #include <string>

@@ -152,7 +152,6 @@ constexpr Unimplemented kUnimplemented[] = {
     {"conffile", "*", ""},
     {"service_name", "*", ""},
     {"job_name", "*", ""},
-    {"verbose", "0", "set [pgfleet] log.level = debug"},
 };
 
 // A database's connection string keys, and a user's.
@@ -422,6 +421,9 @@ class Translator {
       }
     } else if (key == "auth_type") {
       ReadAuthType(e);
+    } else if (key == "verbose") {
+      // PgBouncer's verbosity: any level above 0 is pgfleet's debug.
+      PutText("log.level", e.value == "0" || e.value.empty() ? "info" : "debug", &e, key);
     } else if (key == "server_check_query") {
       // PgBouncer: an empty value turns the check off; pgfleet spells that "-".
       PutText("pool.server_check_query", e.value.empty() ? "-" : e.value, &e, key);

@@ -119,6 +119,9 @@ class ClientConn final : public LinkedClient, public base::ListNode {
     std::optional<uint32_t> user;
   };
   CountedKeys& counted_keys() { return counted_keys_; }
+  // The console's user pgbouncer over the unix socket from pgfleet's own OS user: an admin
+  // without a password, as in PgBouncer.
+  bool local_console_admin() const { return local_console_admin_; }
 
   absl::Time connected_at() const { return connected_at_; }
   // Since when it waits for a server, on the loop's integer clock (net::EventLoop::now_us).
@@ -162,6 +165,8 @@ class ClientConn final : public LinkedClient, public base::ListNode {
   // Auth type cert or peer: "" when the connection proves the client is user_, else PostgreSQL's
   // refusal. client_identity.cc.
   std::string CheckIdentity() const;
+  // The client is on the unix socket as the OS user pgfleet runs as (SO_PEERCRED).
+  bool IsOwnUserOnUnixSocket() const;
   // auth.hba_file and pool.max_concurrent_logins, once user and database are known: false when
   // the client was refused (and closed). client_auth.cc.
   [[nodiscard]] bool AdmitLogin();
@@ -233,6 +238,7 @@ class ClientConn final : public LinkedClient, public base::ListNode {
   absl::Time connected_at_;
   bool wait_noticed_ = false;
   CountedKeys counted_keys_;
+  bool local_console_admin_ = false;
   int64_t wait_started_at_us_ = 0;
   absl::Time last_activity_at_;
 };

@@ -32,6 +32,14 @@ std::string PeerUserName(int fd) {
 
 }  // namespace
 
+bool ClientConn::IsOwnUserOnUnixSocket() const {
+  if (peer_address_ != "unix") return false;
+  struct ucred credentials {};
+  socklen_t length = sizeof(credentials);
+  return getsockopt(fd(), SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 &&
+         credentials.uid == geteuid();
+}
+
 std::string ClientConn::CheckIdentity() const {
   if (EffectiveAuthType() == config::AuthType::kPeer) {
     // hba allows peer on local lines only; PostgreSQL's message either way.

@@ -207,8 +207,11 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
                     (database_ == kPgBouncerAdminDatabase &&
                      !config.databases.contains(std::string(kPgBouncerAdminDatabase)))) &&
                    host_.admin_console() != nullptr;
+  // PgBouncer: the user pgbouncer, over the unix socket from the pooler's own OS user, is the
+  // console's admin without a password.
+  local_console_admin_ = admin_console_ && user_ == "pgbouncer" && IsOwnUserOnUnixSocket();
   if (admin_console_) {
-    if (!host_.admin_console()->MayConnect(user_)) {
+    if (!local_console_admin_ && !host_.admin_console()->MayConnect(user_)) {
       ++context_.counters().login_failures;
       Fatal(protocol::sqlstate::kInvalidAuthorization,
             base::StrCat("not allowed to connect to the admin console: ", user_));
@@ -221,8 +224,7 @@ void ClientConn::HandleStartupPacket(const protocol::StartupPacket& packet) {
   } else if (!host_.AcceptsClients(database_)) {
     ++context_.counters().login_failures;
     Fatal(protocol::sqlstate::kObjectNotInPrerequisiteState,
-          base::StrCat("database \"", database_,
-                       "\" is not accepting connections (DISABLE on the admin console)"));
+          base::StrCat("database \"", database_, "\" is disabled (DISABLE on the admin console)"));
     return;
   } else if (const std::string_view full = host_.CountClient(this); !full.empty()) {
     ++context_.counters().clients_rejected_max_client_conn;
@@ -263,6 +265,10 @@ bool ClientConn::TakeStartupSetting(const std::string& name, const std::string& 
 
 void ClientConn::BeginAuth() {
   const auto& config = context_.config();
+  if (local_console_admin_) {
+    FinishLogin();
+    return;
+  }
   switch (EffectiveAuthType()) {
     case config::AuthType::kTrust:
     case config::AuthType::kAny:

@@ -61,9 +61,12 @@ void LocalAddress(int fd, ConnectionInfo* info) {
   }
 }
 
-// PgBouncer's client states: login until logged in, "waiting" for a server, else "active".
+// PgBouncer 1.25's client states: login until logged in, "waiting" for a server, "active" while
+// linked to one, else "idle".
 std::string_view ClientStateForShow(pool::ClientState state) {
   switch (state) {
+    case pool::ClientState::kIdle:
+      return "idle";
     case pool::ClientState::kStartup:
     case pool::ClientState::kAuth:
     case pool::ClientState::kAuthQuery:

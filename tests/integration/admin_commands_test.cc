@@ -49,7 +49,7 @@ TEST_F(AdminCommandsTest, DisableRefusesNewClientsOfTheDatabaseUntilEnable) {
   for (int i = 0; i < 6; ++i) {
     ConnPtr refused = Connect(fleet.ConnString());
     EXPECT_FALSE(Ok(refused));
-    EXPECT_THAT(ErrorOf(refused), HasSubstr("\"postgres\" is not accepting connections"));
+    EXPECT_THAT(ErrorOf(refused), HasSubstr("database \"postgres\" is disabled"));
   }
   EXPECT_EQ(Value(before, "SELECT 2"), "2");  // a client already in stays
   bool listed = false;
