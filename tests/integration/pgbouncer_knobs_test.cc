@@ -81,8 +81,13 @@ TEST_F(PgBouncerKnobsTest, ClientLimitsHoldForThePodAndNameTheLimit) {
     shown = true;
   }
   EXPECT_TRUE(shown);
-  for (const Row& row : RowsOf(Exec(console, "SHOW USERS"))) {
-    if (row.at("name") == "otheruser") EXPECT_EQ(row.at("max_user_client_connections"), "2");
+  auto users = Exec(console, "SHOW USERS");
+  for (int r = 0; r < PQntuples(users.get()); ++r) {
+    if (std::string(PQgetvalue(users.get(), r, 0)) != "otheruser") continue;
+    EXPECT_STREQ(PQgetvalue(users.get(), r, PQfnumber(users.get(), "max_user_client_connections")),
+                 "2");
+    // A user without its own pool_size: NULL, as PgBouncer shows it.
+    EXPECT_TRUE(PQgetisnull(users.get(), r, PQfnumber(users.get(), "pool_size")));
   }
 }
 
@@ -284,6 +289,34 @@ TEST_F(PgBouncerKnobsTest, ConnectQueryAndADatabasesServerLifetime) {
   EXPECT_TRUE(
       WaitFor([&] { return Value(plain, "SELECT pg_backend_pid()") != first; }, seconds(10)))
       << "short's servers live 1 s";
+}
+
+// PgBouncer's console rule: the user pgbouncer, over the unix socket from the pooler's own OS
+// user, is the console's admin without a password; over TCP it is an ordinary name. SET verbose
+// is PgBouncer's way to turn on debug logs.
+TEST_F(PgBouncerKnobsTest, PgbouncerOverTheUnixSocketIsTheConsolesAdmin) {
+  char tmpl[] = "/tmp/pgfleet-adm-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string md5 =
+      pg().QueryValue("SELECT rolpassword FROM pg_authid WHERE rolname='md5user'");
+  PgfleetProcess fleet(absl::StrCat("[databases]\nappdb = host=127.0.0.1 port=", pg().port(),
+                                    " dbname=postgres\n[pgbouncer]\nauth_type = md5\n"
+                                    "[pgfleet]\nlisten.unix_socket_dir = ",
+                                    dir, "\n"),
+                       absl::StrCat("\"md5user\" \"", md5, "\"\n"));
+  auto local = Connect(absl::StrCat("host=", dir, " port=", fleet.port(),
+                                    " user=pgbouncer dbname=pgbouncer connect_timeout=10"));
+  ASSERT_TRUE(Ok(local)) << ErrorOf(local) << fleet.Log();
+  EXPECT_TRUE(ResultOk(Exec(local, "SET verbose = 2"))) << ErrorOf(local);
+  bool debug = false;
+  for (const Row& row : RowsOf(Exec(local, "SHOW CONFIG"))) {
+    if (row.at("key") == "log_level") debug = row.at("value") == "debug";
+  }
+  EXPECT_TRUE(debug);
+  EXPECT_TRUE(ResultOk(Exec(local, "RELOAD"))) << ErrorOf(local);
+  auto tcp = Connect(fleet.ConnString("pgbouncer", "pgbouncer"));
+  EXPECT_FALSE(Ok(tcp));
+  RunCommand("rm -rf " + dir);
 }
 
 // log_stats: each worker logs its rates every stats_period.
