@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <set>
 #include <string>
@@ -21,6 +22,21 @@ namespace pgbouncer_knobs_test {
 using std::chrono::seconds;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
+
+// `n` clients of `user` run `sql` at once, each on its own connection; how many succeeded.
+int RunConcurrently(const PgfleetProcess& fleet, const std::string& user, const std::string& db,
+                    int n, const std::string& sql) {
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&] {
+      auto c = Connect(fleet.ConnString(user, db));
+      if (Ok(c) && ResultOk(Exec(c, sql))) ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return ok.load();
+}
 
 class PgBouncerKnobsTest : public IntegrationTest {
  protected:
@@ -94,16 +110,7 @@ TEST_F(PgBouncerKnobsTest, ClientLimitsHoldForThePodAndNameTheLimit) {
 // A [users] entry's pool_size and query_timeout hold for that user's pools only.
 TEST_F(PgBouncerKnobsTest, AUsersPoolSizeAndTimeoutsHoldForItsPoolsOnly) {
   PgfleetProcess fleet(Ini("default_pool_size = 4\n", "otheruser = pool_size=1 query_timeout=1\n"));
-  std::vector<std::thread> threads;
-  std::atomic<int> ok{0};
-  for (int i = 0; i < 3; ++i) {
-    threads.emplace_back([&] {
-      auto c = Connect(fleet.ConnString("otheruser", "otherdb"));
-      if (Ok(c) && ResultOk(Exec(c, "SELECT pg_sleep(0.3)"))) ++ok;
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(ok.load(), 3);
+  EXPECT_EQ(RunConcurrently(fleet, "otheruser", "otherdb", 3, "SELECT pg_sleep(0.3)"), 3);
   EXPECT_EQ(ServerConnections("otheruser"), 1) << "the user's pool_size is 1";
 
   auto slow = Connect(fleet.ConnString("otheruser", "otherdb"));
@@ -164,14 +171,7 @@ TEST_F(PgBouncerKnobsTest, ApplicationNameAddHostAppendsTheClientsAddress) {
 
 // The idle servers one client gets in turn, after two were opened at once.
 std::set<std::string> BackendsSeenInTurn(const PgfleetProcess& fleet) {
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 2; ++i) {
-    threads.emplace_back([&] {
-      auto c = Connect(fleet.ConnString("postgres", "otherdb"));
-      if (Ok(c)) Exec(c, "SELECT pg_sleep(0.3)");
-    });
-  }
-  for (auto& t : threads) t.join();
+  RunConcurrently(fleet, "postgres", "otherdb", 2, "SELECT pg_sleep(0.3)");
   std::set<std::string> pids;
   auto c = Connect(fleet.ConnString("postgres", "otherdb"));
   for (int i = 0; i < 6 && Ok(c); ++i) pids.insert(Value(c, "SELECT pg_backend_pid()"));
@@ -252,16 +252,8 @@ TEST_F(PgBouncerKnobsTest, HostNamesAreResolvedOffTheLoopAndKeptForDnsMaxTtl) {
   auto bad = Connect(fleet.ConnString("postgres", "nowhere"));
   EXPECT_FALSE(Ok(bad) && ResultOk(Exec(bad, "SELECT 1")));
   EXPECT_THAT(ErrorOf(bad), HasSubstr("no-such-host.invalid")) << fleet.Log();
-  std::vector<std::thread> threads;
-  std::atomic<int> ok{0};
-  for (int i = 0; i < 4; ++i) {
-    threads.emplace_back([&] {
-      auto c = Connect(fleet.ConnString("postgres", "named"));
-      if (Ok(c) && ResultOk(Exec(c, "SELECT pg_sleep(0.2)"))) ++ok;
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(ok.load(), 4) << fleet.Log();
+  EXPECT_EQ(RunConcurrently(fleet, "postgres", "named", 4, "SELECT pg_sleep(0.2)"), 4)
+      << fleet.Log();
   EXPECT_EQ(CountInLog(fleet.Log(), "event=server_host_address_changed"), 0u);
 }
 
