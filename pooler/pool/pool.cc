@@ -276,9 +276,10 @@ bool Pool::LaunchServer(ServerBudget::Purpose purpose) {
                 " host=", address.host, " port=", address.port,
                 " error=", base::LogQuote(resolved.error));
     hosts_.OnConnectFailed(*host, now, kMaxConnectBackoff, resolved.error);
-    if (hosts_.size() == 1) {
-      // No other host could serve: the clients waiting for this database hear why now, not
-      // after query_wait_timeout.
+    if (hosts_.size() == 1 && server_count() == 0) {
+      // No other host and no server could serve: the clients waiting for this database hear
+      // why now, not after query_wait_timeout (with servers open, a passing DNS failure costs
+      // them nothing).
       protocol::StringSink error;
       protocol::BuildErrorResponse(error, "FATAL", protocol::sqlstate::kConnectionFailure,
                                    resolved.error);
