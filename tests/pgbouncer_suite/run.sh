@@ -45,6 +45,8 @@ set +e
   HOME="$work" "$VENV/bin/python" -m pytest -n "$JOBS" -q -rN --junitxml="$work/results.xml" \
   . "$@") >"$work/pytest.log" 2>&1
 set -e
+# Poolers the suite started as daemons (-d) and left behind: this run's binary, by PID.
+for pid in $(pgrep -f "^$work/pgfleet " || true); do kill "$pid" 2>/dev/null || true; done
 tail -5 "$work/pytest.log"
 "$VENV/bin/python" "$ROOT/tests/pgbouncer_suite/summary.py" "$work/results.xml" \
   "$ROOT/tests/pgbouncer_suite/scope.txt"
