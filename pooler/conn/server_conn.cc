@@ -42,6 +42,12 @@ class ServerConn::Observer final : public RelayObserver {
     stats.RecordQuery(static_cast<uint64_t>(server_.loop_.now_us() -
                                             absl::ToUnixMicros(server_.relay_.query_started_at())));
   }
+  void OnTransactionEnded() override {
+    auto& stats = server_.pool_->stats();
+    ++stats.transactions;
+    stats.RecordTransaction(static_cast<uint64_t>(
+        server_.loop_.now_us() - absl::ToUnixMicros(server_.relay_.transaction_started_at())));
+  }
   void OnServerError(std::string_view sqlstate) override {
     ++server_.pool_->stats().errors;
     if (!sqlstate.empty()) server_.pool_->context().counters().CountError(sqlstate);

@@ -383,8 +383,7 @@ void Pool::ReleaseServer(ServerConn* server) {
     ApplyRelayedUnlistens(client);
   }
   if (client != nullptr) {
-    ++stats_.transactions;
-    stats_.RecordTransaction(static_cast<uint64_t>(now - server->linked_at_us()));
+    // Its transactions were counted as they ended (RelayObserver::OnTransactionEnded).
     server->Detach();
     client->Detach();
     MoveClient(client, ClientState::kIdle);

@@ -561,7 +561,10 @@ bool Relay::OnBackendMessage(uint8_t type, std::span<const uint8_t> body, RelayO
       if (maybe_syncs_) ResolveMaybeSyncs(/*copy_failed=*/true);  // a confused server
       OnServerProgress(type);
       if (!rfq_owed_.empty()) rfq_owed_.pop_front();
-      if (client_ != nullptr) observer.OnQueryAnswered();
+      if (client_ != nullptr) {
+        observer.OnQueryAnswered();
+        if (tx_status_ == 'I') observer.OnTransactionEnded();
+      }
       return client_ != nullptr && pass;
     }
     case 'S':

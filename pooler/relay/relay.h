@@ -46,6 +46,9 @@ class RelayObserver {
   virtual ~RelayObserver() = default;
   // A ReadyForQuery ended a client query on a linked server.
   virtual void OnQueryAnswered() {}
+  // ... and it says idle ('I'): the client's transaction (or autocommit statement) ended. Counted
+  // here, not at release, so that session pooling counts transactions as PgBouncer does.
+  virtual void OnTransactionEnded() {}
   // An ErrorResponse for the client's (or nobody's) query, with its SQLSTATE.
   virtual void OnServerError(std::string_view /*sqlstate*/) {}
   // A query pgfleet sent itself (SET, check, reset) failed: the server cannot be vouched for.

@@ -311,6 +311,30 @@ TEST_F(PgBouncerKnobsTest, PgbouncerOverTheUnixSocketIsTheConsolesAdmin) {
   RunCommand("rm -rf " + dir);
 }
 
+// SHOW STATS counts transactions in session pooling too, as PgBouncer does: each autocommit
+// statement and each BEGIN ... COMMIT is one (before, only a server's release counted one).
+TEST_F(PgBouncerKnobsTest, SessionPoolingCountsEachTransactionInShowStats) {
+  PgfleetProcess fleet(Ini("pool_mode = session\n"));
+  auto c = Connect(fleet.ConnString("postgres", "otherdb"));
+  ASSERT_TRUE(Ok(c)) << ErrorOf(c);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(Value(c, "SELECT 1"), "1");
+  for (int t = 0; t < 2; ++t) {
+    ASSERT_TRUE(ResultOk(Exec(c, "BEGIN")));
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(Value(c, "SELECT 1"), "1");
+    ASSERT_TRUE(ResultOk(Exec(c, "COMMIT")));
+  }
+  auto console = Connect(fleet.ConnString("postgres", "pgbouncer"));
+  ASSERT_TRUE(Ok(console)) << ErrorOf(console);
+  std::string xacts;
+  EXPECT_TRUE(WaitFor([&] {
+    for (const Row& row : RowsOf(Exec(console, "SHOW STATS"))) {
+      if (row.at("database") == "otherdb") xacts = row.at("total_xact_count");
+    }
+    return xacts == "6";
+  })) << "total_xact_count "
+      << xacts;
+}
+
 // log_stats: each worker logs its rates every stats_period.
 TEST_F(PgBouncerKnobsTest, LogStatsWritesTheRatesEveryStatsPeriod) {
   PgfleetProcess fleet(Ini("log_stats = 1\nstats_period = 1\n"));
