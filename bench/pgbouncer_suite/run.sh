@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # PgBouncer 1.25's own test suite run against pgfleet (issue 35, item 6): the yardstick of "a
-# drop-in for PgBouncer users". The suite (tests/third_party/pgbouncer_test, unmodified) starts
-# TEST_DIR/../pgbouncer with its ini; here that is tests/pgbouncer_suite/pgbouncer, which starts
+# drop-in for PgBouncer users". The suite (bench/pgbouncer_suite/pgbouncer_test, unmodified) starts
+# TEST_DIR/../pgbouncer with its ini; here that is bench/pgbouncer_suite/pgbouncer, which starts
 # pgfleet on the ini. Each test is in scope or not (scope.txt, with the reason); the summary
 # counts both and fails when an in-scope test fails.
 #
-#   PGFLEET_BIN=build-rel/cmd/pgfleet/pgfleet tests/pgbouncer_suite/run.sh [pytest args]
+#   PGFLEET_BIN=build-rel/cmd/pgfleet/pgfleet bench/pgbouncer_suite/run.sh [pytest args]
 #
 # Runs as the postgres OS user (the suite runs initdb). Not part of scripts/test.sh: it takes
-# longer than CI allows; results go in tests/pgbouncer_suite/RESULTS.md.
+# longer than CI allows; results go in bench/pgbouncer_suite/RESULTS.md.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 PGFLEET_BIN="$(realpath "${PGFLEET_BIN:-$ROOT/build-rel/cmd/pgfleet/pgfleet}")"
@@ -18,7 +18,7 @@ JOBS="${JOBS:-2}"
 RUN_AS="${RUN_AS:-postgres}"
 
 [[ -x "$PGFLEET_BIN" ]] || { echo "run.sh: no pgfleet binary at $PGFLEET_BIN" >&2; exit 2; }
-requirements="$ROOT/tests/pgbouncer_suite/requirements.txt"
+requirements="$ROOT/bench/pgbouncer_suite/requirements.txt"
 stamp="$(sha256sum "$requirements" | cut -c1-16)"
 if [[ "$(cat "$VENV/.requirements" 2>/dev/null)" != "$stamp" ]]; then
   # Debian's python: RUN_AS must be able to run it (not a python under /root).
@@ -28,9 +28,9 @@ if [[ "$(cat "$VENV/.requirements" 2>/dev/null)" != "$stamp" ]]; then
 fi
 
 work="$(mktemp -d /tmp/pgbouncer-suite.XXXXXX)"
-cp -r "$ROOT/tests/third_party/pgbouncer_test" "$work/test"
-cp "$ROOT/tests/pgbouncer_suite/pgbouncer" "$work/pgbouncer"
-cp "$ROOT/tests/pgbouncer_suite/pytest.ini" "$work/pytest.ini"
+cp -r "$ROOT/bench/pgbouncer_suite/pgbouncer_test" "$work/test"
+cp "$ROOT/bench/pgbouncer_suite/pgbouncer" "$work/pgbouncer"
+cp "$ROOT/bench/pgbouncer_suite/pytest.ini" "$work/pytest.ini"
 cp "$PGFLEET_BIN" "$work/pgfleet"
 # The suite reads PgBouncer's longest password (1.25's) from its source tree.
 mkdir "$work/include"
@@ -48,5 +48,5 @@ set -e
 # Poolers the suite started as daemons (-d) and left behind: this run's binary, by PID.
 for pid in $(pgrep -f "^$work/pgfleet " || true); do kill "$pid" 2>/dev/null || true; done
 tail -5 "$work/pytest.log"
-"$VENV/bin/python" "$ROOT/tests/pgbouncer_suite/summary.py" "$work/results.xml" \
-  "$ROOT/tests/pgbouncer_suite/scope.txt"
+"$VENV/bin/python" "$ROOT/bench/pgbouncer_suite/summary.py" "$work/results.xml" \
+  "$ROOT/bench/pgbouncer_suite/scope.txt"
